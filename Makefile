@@ -1,0 +1,92 @@
+# hydra — build.  `make` builds the library and tools under build/;
+# `make test` runs the test suite; `make SAN=1 test` does so under
+# AddressSanitizer + UndefinedBehaviorSanitizer (objects in build/san/);
+# `make fuzz` builds the libFuzzer target (clang); `make install PREFIX=...`.
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+SAN     ?= 0
+CUDA    ?= 0
+
+ifeq ($(CUDA),1)
+$(error CUDA=1 is reserved for the CUDA backend (issue 7), which is not built yet)
+endif
+
+BUILD := build
+ifeq ($(SAN),1)
+BUILD := build/san
+endif
+
+# Messages are cut to their buffers on purpose: -Wno-format-truncation.
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -fPIC -fvisibility=hidden \
+               -Iinclude -Isrc -DHYDRA_BUILD
+SANFLAGS :=
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+CFLAGS  += $(CFLAGS_BASE) $(SANFLAGS) -MMD -MP
+LDFLAGS += $(SANFLAGS)
+LDLIBS  += -lm -lpthread
+
+LIB_SRC   := $(wildcard src/*.c kernels/cpu/*.c model/*.c)
+TOOL_SRC  := src/tools/run.c bench/mkmodel.c
+TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+LIB_SO  := $(BUILD)/libhydra.so
+LIB_A   := $(BUILD)/libhydra.a
+TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel
+TESTBIN := $(BUILD)/hydra-test
+
+.PHONY: all test fuzz install clean
+all: $(LIB_SO) $(LIB_A) $(TOOLS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB_SO): $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libhydra.so -o $@ $^ $(LDLIBS)
+
+$(LIB_A): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# In-tree tools and tests link the static library: they may use internal
+# headers (the GGUF writer, the type table) that the .so does not export.
+$(BUILD)/hydra-run: $(BUILD)/obj/src/tools/run.o $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TESTBIN): $(TEST_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcjson
+
+$(BUILD)/obj/tests/%.o: CFLAGS += -Itests -DHYDRA_TEST_BUILD_DIR='"$(BUILD)"'
+
+test: all $(TESTBIN)
+	./$(TESTBIN)
+
+# libFuzzer needs clang; the target links the reader's sources directly.
+FUZZ_CC    ?= clang
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -DHYDRA_BUILD \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+fuzz: build/fuzz/fuzz-gguf
+build/fuzz/fuzz-gguf: tests/fuzz_gguf.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $^ -lm -lpthread
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/hydra.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
