@@ -36,11 +36,16 @@ typedef struct quant_traits {
     const char *name;           /* "Q4_K"; NULL for a retired id */
     uint32_t block_size;        /* values per block */
     uint32_t type_size;         /* bytes per block */
-    quant_to_float_fn to_float;
-    quant_from_float_fn from_float;
-    quant_vec_dot_fn vec_dot;
-    uint32_t vec_dot_type;      /* activation format vec_dot expects */
+    quant_to_float_fn to_float;      /* scalar reference, exact; NULL = unsupported */
+    quant_from_float_fn from_float;  /* reference quantiser; NULL = hydra cannot write it */
+    quant_vec_dot_fn vec_dot_ref;    /* scalar reference dot product */
+    quant_vec_dot_fn vec_dot;        /* fastest path on this CPU (chosen once at first use) */
+    uint32_t vec_dot_type;      /* activation format both vec_dots expect */
 } quant_traits;
+
+/* Replaces vec_dot entries of the table with SIMD versions this CPU runs
+ * (CPUID); implemented in kernels/cpu/dispatch.c, called once. */
+void quant_cpu_dispatch(quant_traits *table, uint32_t n);
 
 /* Traits of a type id, or NULL for an id no file may contain. */
 const quant_traits *quant_traits_of(uint32_t type);
