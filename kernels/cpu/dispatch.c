@@ -4,6 +4,8 @@
  */
 #include "quant.h"
 
+#include <stddef.h>
+
 void quant_cpu_dispatch(quant_traits *table, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
