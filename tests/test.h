@@ -33,12 +33,12 @@ void test_failf(test_ctx *t, const char *file, int line, const char *fmt, ...)
 void test_skipf(test_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define TEST(name)                                                            \
-    static void test_##name(test_ctx *t_);                                    \
+    static void test_##name(test_ctx *t_ __attribute__((unused)));           \
     __attribute__((constructor)) static void register_##name(void)            \
     {                                                                         \
         test_register(#name, test_##name);                                    \
     }                                                                         \
-    static void test_##name(test_ctx *t_)
+    static void test_##name(test_ctx *t_ __attribute__((unused)))
 
 /* The context, for helpers that check on a test's behalf. */
 #define TEST_CTX t_
