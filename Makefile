@@ -40,7 +40,7 @@ LIB_A   := $(BUILD)/libhydra.a
 TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel
 TESTBIN := $(BUILD)/hydra-test
 
-.PHONY: all test fuzz install clean
+.PHONY: all run test fuzz install clean
 all: $(LIB_SO) $(LIB_A) $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c
@@ -66,6 +66,10 @@ $(TESTBIN): $(TEST_OBJ) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcjson
 
 $(BUILD)/obj/tests/%.o: CFLAGS += -Itests -DHYDRA_TEST_BUILD_DIR='"$(BUILD)"'
+
+# The README's main job: hydra-run on the built-in default model.
+run: all
+	./$(BUILD)/hydra-run --info
 
 test: all $(TESTBIN)
 	./$(TESTBIN)
