@@ -1,14 +1,45 @@
 /*
- * dispatch.c — picks the SIMD kernels this CPU runs.  Until the SIMD paths
- * land every type keeps its scalar reference.
+ * dispatch.c — picks the kernels this CPU runs: the scalar references, then
+ * each SIMD set (simd.h) that cpu_features says runs here, in ascending
+ * preference, each overriding the entries it implements.  vec_dot_ref is
+ * never touched: it stays the definition of correct.
  */
-#include "quant.h"
+#include "simd.h"
 
 #include <stddef.h>
 
+const simd_kernels *const simd_kernel_sets[] = {
+#if defined(__x86_64__)
+    &simd_avx2,
+    &simd_avx512,
+#endif
+    NULL, /* keeps the array non-empty on targets without a SIMD set */
+};
+const int simd_kernel_set_count = (int)(sizeof simd_kernel_sets / sizeof simd_kernel_sets[0]) - 1;
+
 void quant_cpu_dispatch(quant_traits *table, uint32_t n)
 {
+    const cpu_features *f = cpu_features_get();
     for (uint32_t i = 0; i < n; i++)
-        if (table[i].vec_dot == NULL)
-            table[i].vec_dot = table[i].vec_dot_ref;
+        table[i].vec_dot = table[i].vec_dot_ref;
+    for (int s = 0; s < simd_kernel_set_count; s++) {
+        const simd_kernels *set = simd_kernel_sets[s];
+        if (!set->runs_on(f))
+            continue;
+        for (uint32_t i = 0; i < n && i < QT_COUNT; i++)
+            if (set->vec_dot[i] != NULL && table[i].vec_dot_ref != NULL)
+                table[i].vec_dot = set->vec_dot[i];
+    }
+}
+
+quant_from_float_fn quant_cpu_act_quantizer(uint32_t act_type)
+{
+    if (act_type >= QT_COUNT)
+        return NULL;
+    const cpu_features *f = cpu_features_get();
+    quant_from_float_fn best = NULL;
+    for (int s = 0; s < simd_kernel_set_count; s++)
+        if (simd_kernel_sets[s]->quantize[act_type] != NULL && simd_kernel_sets[s]->runs_on(f))
+            best = simd_kernel_sets[s]->quantize[act_type];
+    return best;
 }

@@ -1,0 +1,148 @@
+/*
+ * matmul.c — matrix-vector and matrix-matrix drivers (matmul.h).
+ *
+ * Work is handed out in chunks of consecutive rows from an atomic counter,
+ * so a thread slowed by a noisy neighbour takes fewer chunks instead of
+ * holding everyone at the barrier; a chunk is contiguous, so the hardware
+ * prefetcher still sees one sequential stream per thread.
+ *
+ * matmul tiles rows x tokens: a tile's weight rows come from memory once,
+ * then every token block re-reads them from L2 (and each single row from L1
+ * across the tokens of a block), so weight traffic is once per tile, not
+ * once per token.
+ */
+#include "matmul.h"
+
+#include "simd.h"
+
+#include <stdatomic.h>
+
+/* Chunks per thread a matvec aims for: enough to balance a noisy machine,
+ * few enough that a chunk is many rows of sequential reads. */
+enum { CHUNKS_PER_THREAD = 8, MIN_CHUNK_ROWS = 4 };
+/* Weight bytes of one matmul tile: well inside a 512 KiB - 1 MiB L2 next to
+ * the activations of a token block. */
+enum { TILE_WEIGHT_BYTES = 128 * 1024 };
+/* Tokens per block: their activation rows (a few KiB each) stay in L1 while
+ * one weight row is dotted with all of them. */
+enum { TOKENS_PER_BLOCK = 8 };
+
+size_t matmul_act_bytes(uint32_t wtype, int64_t n)
+{
+    const quant_traits *w = quant_traits_of(wtype);
+    uint64_t bytes = 0;
+    if (w == NULL || n < 0 || !quant_row_bytes(w->vec_dot_type, (uint64_t)n, &bytes))
+        return 0;
+    return (size_t)bytes;
+}
+
+void matmul_quantize_act(uint32_t wtype, const float *x, void *x_q, int64_t n)
+{
+    uint32_t act_type = quant_traits_of(wtype)->vec_dot_type;
+    quant_from_float_fn quantize = quant_cpu_act_quantizer(act_type);
+    if (quantize == NULL)
+        quantize = quant_traits_of(act_type)->from_float;
+    quantize(x, x_q, n);
+}
+
+typedef struct matmul_job {
+    quant_vec_dot_fn vec_dot;
+    const uint8_t *w;
+    size_t row_stride;
+    int64_t n_rows, n;
+    const uint8_t *x;
+    size_t x_stride;
+    int64_t n_tok;
+    float *y;
+    size_t y_stride;
+    int64_t chunk_rows;
+    _Atomic int64_t next_chunk;
+} matmul_job;
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t chunk_rows_for(int64_t n_rows, int64_t max_rows, int n_threads)
+{
+    int64_t rows = (n_rows + (int64_t)n_threads * CHUNKS_PER_THREAD - 1) / ((int64_t)n_threads * CHUNKS_PER_THREAD);
+    if (rows < MIN_CHUNK_ROWS)
+        rows = MIN_CHUNK_ROWS;
+    if (rows > max_rows)
+        rows = max_rows;
+    return rows;
+}
+
+/* Claims the next chunk; false when none is left. */
+static int claim(matmul_job *job, int64_t *r0, int64_t *r1)
+{
+    int64_t c = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed);
+    *r0 = c * job->chunk_rows;
+    if (*r0 >= job->n_rows)
+        return 0;
+    *r1 = min64(*r0 + job->chunk_rows, job->n_rows);
+    return 1;
+}
+
+static void matvec_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)thread_idx;
+    (void)n_threads;
+    matmul_job *job = ctx;
+    int64_t r0, r1;
+    while (claim(job, &r0, &r1))
+        for (int64_t r = r0; r < r1; r++)
+            job->vec_dot(job->n, &job->y[r], job->w + (size_t)r * job->row_stride, job->x);
+}
+
+static void matmul_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)thread_idx;
+    (void)n_threads;
+    matmul_job *job = ctx;
+    int64_t r0, r1;
+    while (claim(job, &r0, &r1)) {
+        for (int64_t t0 = 0; t0 < job->n_tok; t0 += TOKENS_PER_BLOCK) {
+            int64_t t1 = min64(t0 + TOKENS_PER_BLOCK, job->n_tok);
+            for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *w_row = job->w + (size_t)r * job->row_stride;
+                for (int64_t t = t0; t < t1; t++)
+                    job->vec_dot(job->n, &job->y[(size_t)t * job->y_stride + (size_t)r], w_row,
+                                 job->x + (size_t)t * job->x_stride);
+            }
+        }
+    }
+}
+
+void matvec(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride, int64_t n_rows, int64_t n,
+            const void *x_q, float *y)
+{
+    matmul_job job = {
+        .vec_dot = quant_traits_of(wtype)->vec_dot,
+        .w = w, .row_stride = row_stride, .n_rows = n_rows, .n = n,
+        .x = x_q, .y = y,
+        .chunk_rows = chunk_rows_for(n_rows, n_rows, pool_size(pool)),
+    };
+    atomic_init(&job.next_chunk, 0);
+    pool_run(pool, matvec_task, &job);
+}
+
+void matmul(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride, int64_t n_rows, int64_t n,
+            const void *x_q, size_t x_stride, int64_t n_tok, float *y, size_t y_stride)
+{
+    if (n_tok == 1) {
+        matvec(pool, wtype, w, row_stride, n_rows, n, x_q, y);
+        return;
+    }
+    int64_t tile_rows = (int64_t)(TILE_WEIGHT_BYTES / (row_stride > 0 ? row_stride : 1));
+    matmul_job job = {
+        .vec_dot = quant_traits_of(wtype)->vec_dot,
+        .w = w, .row_stride = row_stride, .n_rows = n_rows, .n = n,
+        .x = x_q, .x_stride = x_stride, .n_tok = n_tok,
+        .y = y, .y_stride = y_stride,
+        .chunk_rows = chunk_rows_for(n_rows, tile_rows > 0 ? tile_rows : 1, pool_size(pool)),
+    };
+    atomic_init(&job.next_chunk, 0);
+    pool_run(pool, matmul_task, &job);
+}

@@ -1,0 +1,35 @@
+/*
+ * simd.h — the SIMD kernel sets.  Each instruction set contributes one
+ * table, indexed by type id: a vec_dot per weight type and an activation
+ * quantiser per activation type (NULL where that set has none).  dispatch.c
+ * layers the sets that this CPU runs over the scalar references, best last,
+ * so a set may implement any subset and the rest falls through.  Tests call
+ * every set that runs here against the references.
+ */
+#ifndef HYDRA_SIMD_H
+#define HYDRA_SIMD_H
+
+#include "cpu_features.h"
+#include "quant.h"
+
+typedef struct simd_kernels {
+    const char *isa;                           /* "avx2" */
+    bool (*runs_on)(const cpu_features *f);    /* every instruction it uses is there */
+    quant_vec_dot_fn vec_dot[QT_COUNT];        /* by weight type */
+    quant_from_float_fn quantize[QT_COUNT];    /* by activation type; bytes identical to from_float */
+} simd_kernels;
+
+#if defined(__x86_64__)
+extern const simd_kernels simd_avx2;   /* vec_dot_avx2.c: AVX2 + FMA + F16C */
+extern const simd_kernels simd_avx512; /* vec_dot_avx512.c: F, BW, VL, VNNI */
+#endif
+
+/* The sets compiled into this build, in ascending preference. */
+extern const simd_kernels *const simd_kernel_sets[];
+extern const int simd_kernel_set_count;
+
+/* The fastest activation quantiser for type act_type this CPU runs, or NULL
+ * when only the reference (the table's from_float) exists. */
+quant_from_float_fn quant_cpu_act_quantizer(uint32_t act_type);
+
+#endif
