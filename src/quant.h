@@ -6,6 +6,8 @@
 #ifndef HYDRA_QUANT_H
 #define HYDRA_QUANT_H
 
+#include "hydra.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -37,18 +39,28 @@ typedef struct quant_traits {
     uint32_t block_size;        /* values per block */
     uint32_t type_size;         /* bytes per block */
     quant_to_float_fn to_float;      /* scalar reference, exact; NULL = unsupported */
-    quant_from_float_fn from_float;  /* reference quantiser; NULL = hydra cannot write it */
-    quant_vec_dot_fn vec_dot_ref;    /* scalar reference dot product */
+    quant_from_float_fn from_float;  /* reference quantiser (for activation formats:
+                                        the activation quantiser); NULL = hydra cannot write it */
+    quant_vec_dot_fn vec_dot_ref;    /* scalar reference dot product; NULL for activation-only
+                                        formats (Q8_1, Q8_K) and unsupported types */
     quant_vec_dot_fn vec_dot;        /* fastest path on this CPU (chosen once at first use) */
-    uint32_t vec_dot_type;      /* activation format both vec_dots expect */
+    uint32_t vec_dot_type;      /* activation format both vec_dots expect: Q8_0 for Q4_0, Q5_0,
+                                   Q8_0, IQ4_NL, MXFP4; Q8_1 for Q4_1, Q5_1; Q8_K for the
+                                   K-quants and IQ4_XS; F32/F16/BF16 for themselves */
 } quant_traits;
 
 /* Replaces vec_dot entries of the table with SIMD versions this CPU runs
  * (CPUID); implemented in kernels/cpu/dispatch.c, called once. */
 void quant_cpu_dispatch(quant_traits *table, uint32_t n);
 
-/* Traits of a type id, or NULL for an id no file may contain. */
+/* Traits of a type id, or NULL for an id no file may contain.  Thread-safe;
+ * the first call picks the SIMD paths. */
 const quant_traits *quant_traits_of(uint32_t type);
+
+/* HYDRA_OK if hydra can compute with a tensor of this type; otherwise
+ * HYDRA_ERR_UNSUPPORTED with a message naming the tensor and the type.  The
+ * engine calls it at load for every tensor it will use. */
+hydra_status quant_require(uint32_t type, const char *tensor_name);
 
 /* Bytes of a row of n values: false if n is not a multiple of the block size
  * or the type is unknown. */
