@@ -17,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Names from the file (keys, tensor names) are printed at most this long,
+ * so the byte offset after them always fits in the message (error.c keeps
+ * 1024 bytes). */
+#define NAME_FMT "%.200s"
+
 /* ------------------------------------------------------------------ arena */
 
 struct gguf_arena_chunk {
@@ -61,7 +66,7 @@ static hydra_status need(const reader *r, uint64_t n, const char *what)
 {
     if (bytes_left(r) < n)
         return hydra_fail(HYDRA_ERR_FORMAT,
-                          "gguf: truncated: %s at byte %" PRIu64 " needs %" PRIu64
+                          "gguf: truncated: " NAME_FMT " at byte %" PRIu64 " needs %" PRIu64
                           " bytes, the file has %" PRIu64 " left",
                           what, r->pos, n, bytes_left(r));
     return HYDRA_OK;
@@ -96,7 +101,7 @@ static hydra_status read_string(reader *r, char **out, uint64_t *len, const char
         return st;
     if (*len > bytes_left(r))
         return hydra_fail(HYDRA_ERR_FORMAT,
-                          "gguf: %s at byte %" PRIu64 " has length %" PRIu64
+                          "gguf: " NAME_FMT " at byte %" PRIu64 " has length %" PRIu64
                           ", more than the %" PRIu64 " bytes left in the file",
                           what, at, *len, bytes_left(r));
     char *s = arena_alloc(r->f, (size_t)*len + 1);
@@ -171,12 +176,13 @@ static hydra_status read_array(reader *r, gguf_value *v, const char *what)
         return st;
     uint64_t min = min_elem_bytes(v->arr.type);
     if (min == 0)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: %s at byte %" PRIu64 ": unknown array element type %" PRIu32,
-                          what, at, v->arr.type);
+        return hydra_fail(HYDRA_ERR_FORMAT,
+                          "gguf: " NAME_FMT " at byte %" PRIu64 ": unknown array element type %" PRIu32, what, at,
+                          v->arr.type);
     if (v->arr.n > bytes_left(r) / min)
         return hydra_fail(HYDRA_ERR_FORMAT,
-                          "gguf: %s at byte %" PRIu64 ": array of %" PRIu64 " %s elements needs at least %" PRIu64
-                          " bytes per element, the file has %" PRIu64 " left",
+                          "gguf: " NAME_FMT " at byte %" PRIu64 ": array of %" PRIu64
+                          " %s elements needs at least %" PRIu64 " bytes per element, the file has %" PRIu64 " left",
                           what, at, v->arr.n, hydra_value_type_name(v->arr.type), min, bytes_left(r));
     if (v->arr.type != HYDRA_VALUE_STRING && v->arr.type != HYDRA_VALUE_ARRAY) {
         v->arr.raw = r->f->image + r->pos;
@@ -184,7 +190,7 @@ static hydra_status read_array(reader *r, gguf_value *v, const char *what)
         return HYDRA_OK;
     }
     if (v->arr.type == HYDRA_VALUE_ARRAY && r->depth >= GGUF_MAX_ARRAY_DEPTH)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: %s at byte %" PRIu64 ": arrays nested deeper than %d",
+        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: " NAME_FMT " at byte %" PRIu64 ": arrays nested deeper than %d",
                           what, at, GGUF_MAX_ARRAY_DEPTH);
     v->arr.items = arena_alloc(r->f, (size_t)v->arr.n * sizeof(gguf_value) + 1);
     if (v->arr.items == NULL)
@@ -207,8 +213,8 @@ static hydra_status read_value(reader *r, uint32_t type, gguf_value *v, const ch
         return read_array(r, v, what);
     size_t sz = gguf_scalar_size(type);
     if (sz == 0)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: %s at byte %" PRIu64 ": unknown value type %" PRIu32, what,
-                          r->pos - 4, type);
+        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: " NAME_FMT " at byte %" PRIu64 ": unknown value type %" PRIu32,
+                          what, r->pos - 4, type);
     hydra_status st = need(r, sz, what);
     if (st != HYDRA_OK)
         return st;
@@ -360,7 +366,8 @@ static hydra_status read_metadata(reader *r)
     for (uint64_t i = 1; i < f->n_kv; i++) {
         const gguf_kv *a = &f->kvs[f->kv_by_key[i - 1]], *b = &f->kvs[f->kv_by_key[i]];
         if (name_cmp((name_ref){a->key, a->key_len}, (name_ref){b->key, b->key_len}) == 0)
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: duplicate metadata key '%s' at bytes %" PRIu64 " and %" PRIu64,
+            return hydra_fail(HYDRA_ERR_FORMAT,
+                              "gguf: duplicate metadata key '" NAME_FMT "' at bytes %" PRIu64 " and %" PRIu64,
                               a->key, a->offset < b->offset ? a->offset : b->offset,
                               a->offset < b->offset ? b->offset : a->offset);
     }
@@ -394,7 +401,7 @@ static hydra_status tensor_shape(reader *r, gguf_tensor *t)
     if ((st = read_u32(r, &t->n_dims, t->name)) != HYDRA_OK)
         return st;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': n_dims at byte %" PRIu64 " is %" PRIu32
+        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '" NAME_FMT "': n_dims at byte %" PRIu64 " is %" PRIu32
                           ", expected 1 to %d", t->name, at, t->n_dims, GGUF_MAX_DIMS);
     t->n_elements = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
@@ -404,10 +411,12 @@ static hydra_status tensor_shape(reader *r, gguf_tensor *t)
         if ((st = read_u64(r, &t->ne[d], t->name)) != HYDRA_OK)
             return st;
         if (t->ne[d] == 0 || t->ne[d] > INT64_MAX)
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': dimension %" PRIu32 " at byte %" PRIu64
-                              " is %" PRIu64 "", t->name, d, at, t->ne[d]);
+            return hydra_fail(HYDRA_ERR_FORMAT,
+                              "gguf: tensor '" NAME_FMT "': dimension %" PRIu32 " at byte %" PRIu64 " is %" PRIu64,
+                              t->name, d, at, t->ne[d]);
         if (t->n_elements > INT64_MAX / t->ne[d])
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': element count overflows at dimension %" PRIu32
+            return hydra_fail(HYDRA_ERR_FORMAT,
+                              "gguf: tensor '" NAME_FMT "': element count overflows at dimension %" PRIu32
                               " (byte %" PRIu64 ")", t->name, d, at);
         t->n_elements *= t->ne[d];
     }
@@ -422,14 +431,17 @@ static hydra_status tensor_type(reader *r, gguf_tensor *t)
         return st;
     const quant_traits *q = quant_traits_of(t->type);
     if (q == NULL)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': type at byte %" PRIu64 " is %" PRIu32
+        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '" NAME_FMT "': type at byte %" PRIu64 " is %" PRIu32
                           ", not a known ggml type", t->name, at, t->type);
     if (t->ne[0] % q->block_size != 0)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': row length %" PRIu64
-                          " is not a multiple of %s's block size %" PRIu32, t->name, t->ne[0], q->name, q->block_size);
+        return hydra_fail(HYDRA_ERR_FORMAT,
+                          "gguf: tensor '" NAME_FMT "' (info at byte %" PRIu64 "): row length %" PRIu64
+                          " is not a multiple of %s's block size %" PRIu32, t->name, t->info_offset, t->ne[0], q->name,
+                          q->block_size);
     uint64_t rows = t->n_elements / t->ne[0], row_bytes;
     if (!quant_row_bytes(t->type, t->ne[0], &row_bytes) || rows > INT64_MAX / row_bytes)
-        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': byte size overflows", t->name);
+        return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '" NAME_FMT "' (info at byte %" PRIu64
+                          "): its size in bytes overflows", t->name, t->info_offset);
     t->n_bytes = rows * row_bytes;
     return HYDRA_OK;
 }
@@ -462,7 +474,8 @@ static hydra_status read_tensor_infos(reader *r)
     for (uint64_t i = 1; i < f->n_tensors; i++) {
         const gguf_tensor *a = &f->tensors[f->tensor_by_name[i - 1]], *b = &f->tensors[f->tensor_by_name[i]];
         if (name_cmp((name_ref){a->name, a->name_len}, (name_ref){b->name, b->name_len}) == 0)
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: duplicate tensor name '%s' at bytes %" PRIu64 " and %" PRIu64,
+            return hydra_fail(HYDRA_ERR_FORMAT,
+                              "gguf: duplicate tensor name '" NAME_FMT "' at bytes %" PRIu64 " and %" PRIu64,
                               a->name, a->info_offset < b->info_offset ? a->info_offset : b->info_offset,
                               a->info_offset < b->info_offset ? b->info_offset : a->info_offset);
     }
@@ -490,11 +503,12 @@ static hydra_status check_placement(gguf_file *f, uint64_t header_end)
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         if (t->offset % f->alignment != 0)
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': data offset %" PRIu64 " (info at byte %" PRIu64
+            return hydra_fail(HYDRA_ERR_FORMAT,
+                              "gguf: tensor '" NAME_FMT "': data offset %" PRIu64 " (info at byte %" PRIu64
                               ") is not a multiple of the alignment %" PRIu64, t->name, t->offset, t->info_offset,
                               f->alignment);
         if (t->offset > data_size || t->n_bytes > data_size - t->offset)
-            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '%s': data [%" PRIu64 ", +%" PRIu64
+            return hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensor '" NAME_FMT "': data [%" PRIu64 ", +%" PRIu64
                               ") (info at byte %" PRIu64 ") lies outside the %" PRIu64 "-byte data section",
                               t->name, t->offset, t->n_bytes, t->info_offset, data_size);
     }
@@ -505,8 +519,11 @@ static hydra_status check_placement(gguf_file *f, uint64_t header_end)
     for (uint64_t i = 1; i < f->n_tensors && st == HYDRA_OK; i++) {
         const gguf_tensor *a = &f->tensors[by_offset[i - 1]], *b = &f->tensors[by_offset[i]];
         if (a->offset + a->n_bytes > b->offset)
-            st = hydra_fail(HYDRA_ERR_FORMAT, "gguf: tensors '%s' [%" PRIu64 ", +%" PRIu64 ") and '%s' [%" PRIu64
-                            ", +%" PRIu64 ") overlap", a->name, a->offset, a->n_bytes, b->name, b->offset, b->n_bytes);
+            st = hydra_fail(HYDRA_ERR_FORMAT,
+                            "gguf: tensors '" NAME_FMT "' [%" PRIu64 ", +%" PRIu64 ") and '" NAME_FMT "' [%" PRIu64
+                            ", +%" PRIu64 ") (infos at bytes %" PRIu64 " and %" PRIu64 ") overlap",
+                            a->name, a->offset, a->n_bytes, b->name, b->offset, b->n_bytes, a->info_offset,
+                            b->info_offset);
     }
     free(by_offset);
     return st;
