@@ -1,0 +1,74 @@
+/*
+ * synth.h — synthetic MoE models: valid GGUF v3 files of a given
+ * architecture and shape, with seeded random weights and a small byte-level
+ * BPE vocabulary, laid out as llama.cpp's converter lays out the real ones
+ * (key names, tensor names and shapes, F32 norms/routers/biases).  They are
+ * hydra's built-in default model and the source of test and benchmark
+ * models of any size: the writer streams, holding one chunk of rows at a
+ * time, so a 30 GB file needs a few MB of memory.
+ *
+ *   synth_params p;
+ *   synth_preset("tiny", &p);          // or fill the fields yourself
+ *   p.n_layer = 4;
+ *   synth_write("model.gguf", &p);
+ */
+#ifndef HYDRA_SYNTH_H
+#define HYDRA_SYNTH_H
+
+#include "hydra.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Progress of synth_write in tensor-data bytes; return false to cancel
+ * (synth_write then removes the partial file and fails with
+ * HYDRA_ERR_CANCELLED). */
+typedef bool (*synth_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
+
+typedef struct synth_params {
+    const char *arch;          /* "qwen3moe", "llama", "qwen2moe", "deepseek2", "gpt-oss" */
+    uint32_t n_layer;
+    uint32_t n_embd;
+    uint32_t n_head, n_head_kv;
+    uint32_t head_dim;         /* deepseek2: the per-head "nope" and value size */
+    uint32_t n_expert, n_expert_used;
+    uint32_t n_ff_exp;         /* hidden size of one expert */
+    uint32_t n_ff;             /* feed_forward_length: deepseek2's dense blocks use it; llama must
+                                  leave it 0 (its feed_forward_length is the expert size) */
+    uint32_t n_ff_shexp;       /* qwen2moe: the shared expert's hidden size */
+    uint32_t n_expert_shared;  /* deepseek2: shared experts, n_ff_exp each */
+    uint32_t n_dense_lead;     /* deepseek2: leading dense (non-MoE) blocks */
+    uint32_t q_lora_rank, kv_lora_rank, n_rot; /* deepseek2 MLA: ranks, RoPE dims per head */
+    uint32_t n_expert_group, n_expert_group_used; /* deepseek2 group-limited routing */
+    uint32_t n_vocab;          /* 0: the vocabulary's natural size (a few hundred tokens) */
+    uint32_t n_ctx;            /* context_length */
+    uint32_t type;             /* weight matrices: any type whose quant_traits has from_float */
+    uint64_t seed;
+    synth_progress_fn progress; /* optional */
+    void *progress_user;
+} synth_params;
+
+/* Named shapes: "tiny" (the quick-start default, qwen3moe), one per
+ * architecture mirroring ../shared/models ("qwen3moe-tiny", "mixtral-tiny",
+ * "qwen2moe-tiny", "deepseek2-tiny", "gptoss-tiny"), and "qwen3-30b-a3b". */
+size_t synth_preset_count(void);
+const char *synth_preset_name(size_t i);
+/* A one-line description of preset i ("qwen3moe, 2 layers, ..."). */
+const char *synth_preset_summary(size_t i);
+hydra_status synth_preset(const char *name, synth_params *out);
+
+/* The preset an architecture starts from when only --arch is given. */
+hydra_status synth_arch_preset(const char *arch, synth_params *out);
+
+/* Checks the parameters (every dimension present, rows divisible by the
+ * type's block size, architecture rules) without writing anything. */
+hydra_status synth_check(const synth_params *p);
+
+/* Tensor data bytes the file will hold (0 if the parameters are invalid). */
+uint64_t synth_data_bytes(const synth_params *p);
+
+/* Writes the model.  Same parameters and seed give a byte-identical file. */
+hydra_status synth_write(const char *path, const synth_params *p);
+
+#endif
