@@ -11,6 +11,7 @@
 const simd_kernels *const simd_kernel_sets[] = {
 #if defined(__x86_64__)
     &simd_avx2,
+    &simd_avxvnni,
     &simd_avx512,
 #endif
     NULL, /* keeps the array non-empty on targets without a SIMD set */

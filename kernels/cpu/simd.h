@@ -20,8 +20,9 @@ typedef struct simd_kernels {
 } simd_kernels;
 
 #if defined(__x86_64__)
-extern const simd_kernels simd_avx2;   /* vec_dot_avx2.c: AVX2 + FMA + F16C */
-extern const simd_kernels simd_avx512; /* vec_dot_avx512.c: F, BW, VL, VNNI */
+extern const simd_kernels simd_avx2;    /* vec_dot_avx2.c: AVX2 + FMA + F16C */
+extern const simd_kernels simd_avxvnni; /* vec_dot_avxvnni.c: + AVX-VNNI */
+extern const simd_kernels simd_avx512;  /* vec_dot_avx512.c: + AVX-512 F, BW, VL, VNNI */
 #endif
 
 /* The sets compiled into this build, in ascending preference. */
