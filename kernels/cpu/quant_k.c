@@ -173,9 +173,10 @@ static float fit_symmetric(const float *x, int n, int nlo, int nhi)
         return 0.0f;
     float best_s = 0.0f;
     double best_err = DBL_MAX;
-    for (int k = -10; k <= 10; k++) {
-        float target = k < 0 ? -(float)nlo - 0.1f * (float)(k + 5) : (float)nhi + 0.1f * (float)(k - 5);
-        float iscale = target / v;
+    /* v goes to (around) either end of the range: -nlo +- 0.5 or nhi +- 0.5 */
+    for (int c = 0; c < 22; c++) {
+        float end = c < 11 ? -(float)nlo : (float)nhi;
+        float iscale = (end + 0.1f * (float)(c % 11 - 5)) / v;
         double sxq = 0, sqq = 0, sxx = 0;
         for (int i = 0; i < n; i++) {
             int q = quant_clamp(quant_round(x[i] * iscale), -nlo, nhi);

@@ -31,6 +31,22 @@ static int nearest_level(const int8_t *levels, float t)
     return best;
 }
 
+/* The same for the ascending IQ4_NL codebook, by bisection: the quantisers
+ * call it for every value of every candidate scale. */
+static int nearest_iq4nl(float t)
+{
+    const int8_t *lv = quant_iq4nl_values;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (t < (float)lv[mid])
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return t - (float)lv[lo] <= (float)lv[hi] - t ? lo : hi;
+}
+
 /* Nibbles in Q4_0 order: index j low, j + 16 high. */
 static void pack_nibbles(const uint8_t *idx, uint8_t *qs)
 {
@@ -59,13 +75,13 @@ static float fit_iq4nl_scale(const float *x)
         return 0.0f;
     float best_d = v / (float)quant_iq4nl_values[0];
     double best_err = DBL_MAX;
-    for (int k = -10; k <= 10; k++) {
-        float target = k < 0 ? (float)quant_iq4nl_values[0] - 1.5f * (float)(k + 5)
-                             : (float)quant_iq4nl_values[15] + 1.5f * (float)(k - 5);
-        float d = v / target;
+    /* v goes to (around) either end of the codebook: -127 +- 7.5 or 113 +- 7.5 */
+    for (int c = 0; c < 22; c++) {
+        float end = (float)quant_iq4nl_values[c < 11 ? 0 : 15];
+        float d = v / (end + 1.5f * (float)(c % 11 - 5));
         double sxl = 0, sll = 0, sxx = 0;
         for (int i = 0; i < QK_LEGACY; i++) {
-            int l = quant_iq4nl_values[nearest_level(quant_iq4nl_values, x[i] / d)];
+            int l = quant_iq4nl_values[nearest_iq4nl(x[i] / d)];
             sxl += (double)x[i] * l;
             sll += (double)l * l;
             sxx += (double)x[i] * x[i];
