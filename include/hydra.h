@@ -182,6 +182,173 @@ HYDRA_API uint64_t hydra_model_file_size(const hydra_model *model);
 /* Tensor data bytes of one type (0 if none), for the quant mix. */
 HYDRA_API uint64_t hydra_model_bytes_of_type(const hydra_model *model, uint32_t type);
 
+/* ---------------------------------------------------------------- session */
+
+/* A session is one conversation with a model: it owns the KV cache, the
+ * positions evaluated so far, the logits of the last position, its working
+ * buffers (sized once at creation: evaluating allocates nothing) and a pool
+ * of worker threads.  A model may serve several sessions; it must outlive
+ * them.  A session is used by one thread at a time. */
+typedef struct hydra_session hydra_session;
+
+/* Element type of the KV cache. */
+typedef enum hydra_kv_type {
+    HYDRA_KV_F16 = 0, /* default: half the memory; logits within the reference tolerances */
+    HYDRA_KV_F32 = 1,
+} hydra_kv_type;
+
+typedef struct hydra_session_params {
+    uint32_t n_ctx;        /* positions the cache holds; 0 = the model's context_length */
+    uint32_t n_batch;      /* most tokens computed in one step (longer inputs are split); 0 = 512 */
+    int n_threads;         /* worker threads including the caller; 0 = the machine's physical cores */
+    hydra_kv_type kv_type; /* HYDRA_KV_F16 by default */
+} hydra_session_params;
+
+/* Defaults: n_ctx 0 (model's), n_batch 512, n_threads 0 (physical cores), F16 cache. */
+HYDRA_API hydra_session_params hydra_session_default_params(void);
+
+/* Binds the model's tensors by its architecture and allocates the session.
+ * Fails with HYDRA_ERR_UNSUPPORTED for an architecture or tensor type hydra
+ * cannot run, HYDRA_ERR_FORMAT for a missing key or a missing or mis-shaped
+ * tensor (the message names it and its expected shape). */
+HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_model *model,
+                                            const hydra_session_params *params);
+
+/* Frees the session.  NULL is allowed. */
+HYDRA_API void hydra_session_free(hydra_session *session);
+
+/* Evaluates n_tokens tokens at the next positions (prefill: computed as
+ * matrix-matrix products, experts grouped by the tokens that chose them).
+ * logits: NULL, or room for n_tokens x n_vocab floats that receives the
+ * logits of every position, row i for tokens[i].  The last position's
+ * logits are kept in either case (hydra_session_logits).  Fails, evaluating
+ * nothing, on an empty input, a token id >= n_vocab (HYDRA_ERR_INVALID_ARG)
+ * or when the cache would overflow n_ctx (HYDRA_ERR_RANGE). */
+HYDRA_API hydra_status hydra_session_eval(hydra_session *session, const int32_t *tokens, size_t n_tokens,
+                                          float *logits);
+
+/* Evaluates one token (decode); same as hydra_session_eval(s, &token, 1, NULL). */
+HYDRA_API hydra_status hydra_session_decode(hydra_session *session, int32_t token);
+
+/* The n_vocab logits of the last evaluated position; NULL when none (new,
+ * cleared or truncated session).  Valid until the next call on the session. */
+HYDRA_API const float *hydra_session_logits(const hydra_session *session);
+
+/* Positions evaluated so far (the next token's position). */
+HYDRA_API uint32_t hydra_session_n_past(const hydra_session *session);
+HYDRA_API uint32_t hydra_session_n_ctx(const hydra_session *session);
+HYDRA_API uint32_t hydra_session_n_vocab(const hydra_session *session);
+HYDRA_API int hydra_session_n_threads(const hydra_session *session);
+
+/* Forgets every position: the next evaluation starts at position 0. */
+HYDRA_API void hydra_session_clear(hydra_session *session);
+
+/* Keeps the first n_past positions and forgets the rest, so a client can
+ * rewind (n_past <= hydra_session_n_past, else HYDRA_ERR_RANGE).  The
+ * kept positions are not recomputed. */
+HYDRA_API hydra_status hydra_session_truncate(hydra_session *session, uint32_t n_past);
+
+/* -------------------------------------------------------------- tokenizer */
+
+/* A token id: an index into the model's tokenizer.ggml.tokens. */
+typedef int32_t hydra_token;
+
+/* The tokenizer is built from the model's tokenizer.ggml.* metadata the
+ * first time a function below needs it (safe from several threads) and is
+ * freed by hydra_model_close; it works on vocab-only GGUFs.  Supported:
+ *   tokenizer.ggml.model "gpt2"  byte-level BPE; tokenizer.ggml.pre picks the
+ *                                pre-tokenizer: default, gpt-2, mpt, gpt-neox,
+ *                                llama-bpe (llama3), qwen2, deepseek-llm,
+ *                                deepseek-coder, deepseek-v3, gpt-4o, tekken,
+ *                                falcon, starcoder, refact and aliases
+ *   tokenizer.ggml.model "llama" SentencePiece BPE: merges by score, byte
+ *                                fallback <0xNN>, a leading "▁" before the
+ *                                text (tokenizer.ggml.add_space_prefix,
+ *                                default true) and after each special token
+ * Builds the tokenizer now; fails, naming the cause (no vocabulary, an
+ * unknown tokenizer.ggml.pre or .model named in the message, a bad id), when
+ * it cannot be built.  Every function below fails the same way. */
+HYDRA_API hydra_status hydra_tokenizer_load(const hydra_model *model);
+
+/* Tokenizes text[0, len) into out[0, capacity); *n_tokens is the number of
+ * tokens of the text.  When they do not fit, returns HYDRA_ERR_RANGE with
+ * *n_tokens still the number needed (out may be NULL with capacity 0 to
+ * ask for it).
+ *   add_special    BOS first when tokenizer.ggml.add_bos_token says so
+ *                  (absent: true for SentencePiece, false for BPE) and EOS
+ *                  last when tokenizer.ggml.add_eos_token does (absent: false)
+ *   parse_special  control, user-defined and unknown tokens written in the
+ *                  text (e.g. "<|im_start|>") become their ids, the longest
+ *                  at the leftmost place; when false, their text is plain text
+ *                  and is tokenized like any other, so user input can never
+ *                  forge one
+ * Any bytes are accepted.  Bytes that are not well-formed UTF-8 count as
+ * U+FFFD for pre-tokenization and are encoded as their own byte tokens (BPE)
+ * or byte-fallback tokens <0xNN> (SentencePiece), so decoding gives them
+ * back unchanged. */
+HYDRA_API hydra_status hydra_tokenize(const hydra_model *model, const char *text, size_t len, bool add_special,
+                                      bool parse_special, hydra_token *out, size_t capacity, size_t *n_tokens);
+
+/* The number of tokens, 0 when the model has no usable tokenizer. */
+HYDRA_API int32_t hydra_vocab_size(const hydra_model *model);
+
+/* tokenizer.ggml.bos_token_id / eos_token_id; -1 when absent or unusable. */
+HYDRA_API hydra_token hydra_token_bos(const hydra_model *model);
+HYDRA_API hydra_token hydra_token_eos(const hydra_model *model);
+
+/* Whether a token is of type control ("<|im_end|>", "<s>"); false for ids
+ * outside the vocabulary. */
+HYDRA_API bool hydra_token_is_control(const hydra_model *model, hydra_token token);
+
+/* Whether a token ends generation: EOS, tokenizer.ggml.eot_token_id and
+ * eom_token_id, and the control tokens the families use to end a turn
+ * (<|im_end|>, <|eot_id|>, <|eom_id|>, <|end|>, <|return|>, <|call|>,
+ * <|endoftext|>, <end_of_turn>, <｜end▁of▁sentence｜>, ...).  For harmony
+ * vocabularies (those with <|return|>) <|end|> only closes a message and
+ * does not end generation. */
+HYDRA_API bool hydra_token_is_eog(const hydra_model *model, hydra_token token);
+
+/* The bytes of one token into buf[0, capacity), *len of them; no NUL is
+ * added.  The bytes may be part of a UTF-8 sequence that the next tokens
+ * complete.  Control, unknown and unused tokens give their text only when
+ * special is true and nothing otherwise.  HYDRA_ERR_RANGE when buf is too
+ * small (*len is the size needed); HYDRA_ERR_INVALID_ARG for an id outside
+ * the vocabulary. */
+HYDRA_API hydra_status hydra_token_to_piece(const hydra_model *model, hydra_token token, bool special, char *buf,
+                                            size_t capacity, size_t *len);
+
+/* The text of tokens[0, n) into buf[0, capacity), *len bytes, no NUL; the
+ * inverse of hydra_tokenize for text without special tokens: the leading
+ * space a SentencePiece tokenizer adds is removed from the first text token.
+ * Buffer and special rules as hydra_token_to_piece. */
+HYDRA_API hydra_status hydra_detokenize(const hydra_model *model, const hydra_token *tokens, size_t n, bool special,
+                                        char *buf, size_t capacity, size_t *len);
+
+/* Streaming detokenizer, for printing tokens as they are generated: each
+ * push gives back the text that is ready.  A token that ends inside a UTF-8
+ * sequence is held back until the tokens after it complete the sequence, so
+ * what comes out is always whole characters (bytes that can never complete
+ * a character are let through as they are).  Control tokens print nothing
+ * unless special is true.  text_start: the first token pushed begins the
+ * text (so the SentencePiece leading space is removed, as hydra_detokenize
+ * does); false when continuing after a prompt. */
+typedef struct hydra_detokenizer hydra_detokenizer;
+
+HYDRA_API hydra_status hydra_detokenizer_new(const hydra_model *model, bool special, bool text_start,
+                                             hydra_detokenizer **out);
+
+/* Adds a token; *text / *len receive the bytes ready now (possibly none),
+ * valid until the next call on d. */
+HYDRA_API hydra_status hydra_detokenizer_push(hydra_detokenizer *d, hydra_token token, const char **text,
+                                              size_t *len);
+
+/* Gives back whatever is held (an unfinished sequence at the end of the
+ * stream), as it is. */
+HYDRA_API void hydra_detokenizer_flush(hydra_detokenizer *d, const char **text, size_t *len);
+
+/* NULL is allowed.  The model must outlive the detokenizer. */
+HYDRA_API void hydra_detokenizer_free(hydra_detokenizer *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,281 @@
+/*
+ * moe.c — router, gating + top-k, the expert computation over a list of
+ * routes, the shared expert (moe.h).  Formulas follow llama.cpp's
+ * build_moe_ffn for these architectures: probabilities from the gating
+ * function over all experts, top-k by probability, the selected
+ * probabilities as weights, optionally divided by their sum, then scaled.
+ */
+#include "moe.h"
+
+#include "../kernels/cpu/matmul.h"
+#include "../kernels/cpu/ops.h"
+#include "error.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+moe_gating moe_gating_of(const model_weights *w)
+{
+    return (moe_gating){
+        .func = w->arch->gating,
+        .n_expert = (int)w->hp.n_expert,
+        .n_used = (int)w->hp.n_expert_used,
+        .renorm = w->hp.expert_weights_norm,
+        .scale = w->hp.expert_weights_scale,
+    };
+}
+
+/* --- scratch */
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Bytes of the widest activation row of n values any matrix of `roles` in
+ * w reads (gathered expert inputs). */
+static size_t widest_act_row(const model_weights *w, const arch_role *roles, int n_roles, int64_t n)
+{
+    size_t widest = (size_t)n * sizeof(float);
+    for (uint32_t l = 0; l < w->hp.n_layer; l++)
+        for (int r = 0; r < n_roles; r++) {
+            const wtensor *t = &w->layer[l].w[roles[r]];
+            if (t->data != NULL && matmul_act_bytes(t->type, n) > widest)
+                widest = matmul_act_bytes(t->type, n);
+        }
+    return widest;
+}
+
+static hydra_status add_width(moe_scratch *s, const model_weights *w, int64_t width)
+{
+    if (width == 0)
+        return HYDRA_OK;
+    for (int i = 0; i < s->n_widths; i++)
+        if (s->hidden[i].n == width)
+            return HYDRA_OK;
+    return act_init(&s->hidden[s->n_widths++], w, width, s->max_rows);
+}
+
+static act_set *hidden_for(moe_scratch *s, int64_t width)
+{
+    for (int i = 0; i < s->n_widths; i++)
+        if (s->hidden[i].n == width)
+            return &s->hidden[i];
+    return NULL; /* moe_scratch_init added every width a layer has */
+}
+
+hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t max_tokens)
+{
+    memset(s, 0, sizeof *s);
+    const arch_hparams *hp = &w->hp;
+    s->n_expert = (int)hp->n_expert;
+    s->max_rows = max64(max_tokens * (int64_t)hp->n_expert_used, max_tokens);
+    const int64_t ff_max = max64(max64(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff);
+    static const arch_role ffn_inputs[] = {W_MOE_GATE, W_MOE_UP};
+    const size_t gathered_row = widest_act_row(w, ffn_inputs, 2, hp->n_embd);
+    const size_t rows = (size_t)s->max_rows;
+    s->probs = malloc(sizeof(float) * (size_t)(s->n_expert + 1));
+    s->chosen = malloc((size_t)s->n_expert + 1);
+    s->order = malloc(sizeof(int32_t) * rows);
+    s->start = malloc(sizeof(int32_t) * (size_t)(s->n_expert + 2));
+    s->gathered = malloc(gathered_row * rows);
+    s->h_gate = malloc(sizeof(float) * rows * (size_t)ff_max);
+    s->h_up = malloc(sizeof(float) * rows * (size_t)ff_max);
+    s->y = malloc(sizeof(float) * rows * hp->n_embd);
+    hydra_status st = HYDRA_OK;
+    if (!s->probs || !s->chosen || !s->order || !s->start || !s->gathered || !s->h_gate || !s->h_up || !s->y)
+        st = hydra_fail(HYDRA_ERR_NOMEM, "MoE scratch for %lld rows of FFN width %lld", (long long)s->max_rows,
+                        (long long)ff_max);
+    if (st == HYDRA_OK && hp->n_expert > 0)
+        st = add_width(s, w, hp->n_ff_exp);
+    if (st == HYDRA_OK)
+        st = add_width(s, w, hp->n_ff_shexp);
+    if (st == HYDRA_OK)
+        st = add_width(s, w, hp->n_ff);
+    if (st != HYDRA_OK)
+        moe_scratch_free(s);
+    return st;
+}
+
+void moe_scratch_free(moe_scratch *s)
+{
+    free(s->probs);
+    free(s->chosen);
+    free(s->order);
+    free(s->start);
+    free(s->gathered);
+    free(s->h_gate);
+    free(s->h_up);
+    free(s->y);
+    for (int i = 0; i < s->n_widths; i++)
+        act_free(&s->hidden[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* --- router and selection */
+
+/* y[t][r] = W[r] . x[t] for every row of x. */
+static void mat_rows(thread_pool *pool, const wtensor *wt, const uint8_t *wdata, act_set *x, float *y)
+{
+    size_t stride;
+    const void *xq = act_for(x, pool, wt->type, &stride);
+    matmul(pool, wt->type, wdata, wt->row_bytes, wt->ne[1], wt->ne[0], xq, stride, x->n_rows, y, (size_t)wt->ne[1]);
+}
+
+void moe_router(thread_pool *pool, const layer_weights *lw, act_set *x, float *logits)
+{
+    const wtensor *r = &lw->w[W_MOE_ROUTER];
+    mat_rows(pool, r, r->data, x, logits);
+}
+
+static void gate_probs(arch_gating func, const float *logits, int n, float *probs)
+{
+    memcpy(probs, logits, sizeof(float) * (size_t)n);
+    if (func == GATING_SOFTMAX) {
+        op_softmax(probs, n);
+        return;
+    }
+    for (int e = 0; e < n; e++)
+        probs[e] = 1.0f / (1.0f + expf(-probs[e]));
+}
+
+/* The unchosen expert of highest probability, the lower id on a tie (the
+ * scan is ascending and only a strictly greater value replaces).  NaN never
+ * wins, but some expert is always returned. */
+static int pick_best(const float *probs, const uint8_t *chosen, int n)
+{
+    int best = -1;
+    for (int e = 0; e < n; e++)
+        if (!chosen[e] && (best < 0 || probs[e] > probs[best]))
+            best = e;
+    return best;
+}
+
+void moe_select(const moe_gating *g, moe_scratch *s, const float *logits, int64_t n_tok, moe_route *routes)
+{
+    for (int64_t t = 0; t < n_tok; t++) {
+        moe_route *r = &routes[t * g->n_used];
+        gate_probs(g->func, logits + t * g->n_expert, g->n_expert, s->probs);
+        memset(s->chosen, 0, (size_t)g->n_expert);
+        float sum = 0.0f;
+        for (int k = 0; k < g->n_used; k++) {
+            int e = pick_best(s->probs, s->chosen, g->n_expert);
+            s->chosen[e] = 1;
+            r[k] = (moe_route){.token = (int32_t)t, .expert = e, .weight = s->probs[e]};
+            sum += s->probs[e];
+        }
+        for (int k = 0; k < g->n_used; k++) {
+            if (g->renorm)
+                r[k].weight /= sum;
+            r[k].weight *= g->scale;
+        }
+    }
+}
+
+/* --- expert computation */
+
+/* Counting sort of routes by expert, stable: order[] lists route indices,
+ * start[e]..start[e+1] those of expert e. */
+static void group_by_expert(moe_scratch *s, const moe_route *routes, int64_t n_routes)
+{
+    memset(s->start, 0, sizeof(int32_t) * (size_t)(s->n_expert + 2));
+    for (int64_t i = 0; i < n_routes; i++)
+        s->start[routes[i].expert + 2]++;
+    for (int e = 0; e < s->n_expert; e++)
+        s->start[e + 2] += s->start[e + 1];
+    for (int64_t i = 0; i < n_routes; i++)
+        s->order[s->start[routes[i].expert + 1]++] = (int32_t)i;
+}
+
+/* Copies the converted rows of the routes' tokens next to each other. */
+static const uint8_t *gather(moe_scratch *s, const uint8_t *rows, size_t stride, const moe_route *routes,
+                             const int32_t *idx, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        memcpy(s->gathered + (size_t)i * stride, rows + (size_t)routes[idx[i]].token * stride, stride);
+    return s->gathered;
+}
+
+/* y = down . swiglu(h_gate, h_up) for n rows (h_gate, h_up already hold
+ * gate . x and up . x). */
+static void ffn_out(thread_pool *pool, moe_scratch *s, const wtensor *down, const uint8_t *down_w, int64_t n)
+{
+    const int64_t ff = down->ne[0];
+    op_swiglu(s->h_gate, s->h_gate, s->h_up, n * ff);
+    act_set *h = hidden_for(s, ff);
+    act_bind(h, s->h_gate, n);
+    size_t stride;
+    const void *hq = act_for(h, pool, down->type, &stride);
+    matmul(pool, down->type, down_w, down->row_bytes, down->ne[1], ff, hq, stride, n, s->y, (size_t)down->ne[1]);
+}
+
+/* out = W . x for n rows of converted input x (stride bytes apart). */
+static void ffn_in(thread_pool *pool, const wtensor *w, const uint8_t *w_data, const void *x, size_t stride,
+                   int64_t n, float *out)
+{
+    matmul(pool, w->type, w_data, w->row_bytes, w->ne[1], w->ne[0], x, stride, n, out, (size_t)w->ne[1]);
+}
+
+static bool same_format(uint32_t a, uint32_t b)
+{
+    return quant_traits_of(a)->vec_dot_type == quant_traits_of(b)->vec_dot_type;
+}
+
+void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x, const moe_route *routes,
+                 int64_t n_routes, float *out, size_t out_stride)
+{
+    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP], *down = &lw->w[W_MOE_DOWN];
+    const int64_t embd = down->ne[1];
+    size_t sg, su;
+    const uint8_t *xg = act_for(x, pool, gate->type, &sg);
+    const uint8_t *xu = act_for(x, pool, up->type, &su);
+    group_by_expert(s, routes, n_routes);
+    for (int e = 0; e < s->n_expert; e++) {
+        const int32_t *idx = &s->order[s->start[e]];
+        const int64_t n = s->start[e + 1] - s->start[e];
+        if (n == 0)
+            continue;
+        ffn_in(pool, gate, gate->data + (size_t)e * gate->mat_bytes, gather(s, xg, sg, routes, idx, n), sg, n,
+               s->h_gate);
+        /* up reuses the gathered rows unless its activation format differs */
+        const uint8_t *in_up = same_format(gate->type, up->type) ? s->gathered : gather(s, xu, su, routes, idx, n);
+        ffn_in(pool, up, up->data + (size_t)e * up->mat_bytes, in_up, su, n, s->h_up);
+        ffn_out(pool, s, down, down->data + (size_t)e * down->mat_bytes, n);
+        for (int64_t i = 0; i < n; i++) {
+            const moe_route *r = &routes[idx[i]];
+            op_axpy(out + (size_t)r->token * out_stride, r->weight, s->y + i * embd, embd);
+        }
+    }
+}
+
+void ffn_swiglu(thread_pool *pool, moe_scratch *s, const wtensor *gate, const wtensor *up, const wtensor *down,
+                act_set *x, const float *row_scale, float *out, size_t out_stride)
+{
+    const int64_t embd = down->ne[1];
+    size_t sg, su;
+    const void *xg = act_for(x, pool, gate->type, &sg);
+    const void *xu = act_for(x, pool, up->type, &su);
+    ffn_in(pool, gate, gate->data, xg, sg, x->n_rows, s->h_gate);
+    ffn_in(pool, up, up->data, xu, su, x->n_rows, s->h_up);
+    ffn_out(pool, s, down, down->data, x->n_rows);
+    for (int64_t t = 0; t < x->n_rows; t++)
+        op_axpy(out + (size_t)t * out_stride, row_scale ? row_scale[t] : 1.0f, s->y + t * embd, embd);
+}
+
+void moe_shared(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x, float *gate_scratch,
+                float *out, size_t out_stride)
+{
+    if (lw->w[W_SHEXP_GATE].data == NULL)
+        return;
+    const wtensor *router = &lw->w[W_SHEXP_ROUTER];
+    const float *scale = NULL;
+    if (router->data != NULL) {
+        mat_rows(pool, router, router->data, x, gate_scratch);
+        for (int64_t t = 0; t < x->n_rows; t++)
+            gate_scratch[t] = 1.0f / (1.0f + expf(-gate_scratch[t]));
+        scale = gate_scratch;
+    }
+    ffn_swiglu(pool, s, &lw->w[W_SHEXP_GATE], &lw->w[W_SHEXP_UP], &lw->w[W_SHEXP_DOWN], x, scale, out, out_stride);
+}

@@ -1,0 +1,217 @@
+/*
+ * session.c — hydra_session: the KV cache, the positions evaluated so far,
+ * the last logits, and the forward pass's buffers, all allocated at
+ * creation.  Evaluation splits its input into steps of at most n_batch
+ * tokens and hands each to forward().
+ */
+#include "hydra.h"
+
+#include "error.h"
+#include "forward.h"
+#include "quant.h"
+#include "threads.h"
+#include "weights.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { DEFAULT_N_BATCH = 512, MAX_N_BATCH = 1 << 16, MAX_THREADS = 1024 };
+
+struct hydra_session {
+    const hydra_model *model;
+    model_weights w;
+    thread_pool *pool;
+    int n_threads;
+    int64_t n_batch;
+    kv_cache kv;
+    fwd_scratch f;
+    int64_t n_past;
+    float *logits; /* n_vocab: the last evaluated position */
+    bool have_logits;
+};
+
+HYDRA_API hydra_session_params hydra_session_default_params(void)
+{
+    return (hydra_session_params){.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = HYDRA_KV_F16};
+}
+
+static long read_long(const char *fmt, int cpu)
+{
+    char path[128];
+    snprintf(path, sizeof path, fmt, cpu);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f != NULL) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Distinct (package, core) pairs among the CPUs this process may run on:
+ * SMT siblings share a core's execution units, and a second thread per core
+ * slows memory-bound decoding down. */
+static int physical_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        return n > 0 ? (int)n : 1;
+    }
+    uint64_t seen[CPU_SETSIZE];
+    int n_seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set))
+            continue;
+        long core = read_long("/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        long pkg = read_long("/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        /* without topology, count the CPU itself */
+        uint64_t key = core < 0 || pkg < 0 ? (1ull << 63) | (uint64_t)cpu : ((uint64_t)pkg << 32) | (uint64_t)core;
+        int i = 0;
+        while (i < n_seen && seen[i] != key)
+            i++;
+        if (i == n_seen)
+            seen[n_seen++] = key;
+    }
+    return n_seen > 0 ? n_seen : 1;
+}
+
+HYDRA_API void hydra_session_free(hydra_session *s)
+{
+    if (s == NULL)
+        return;
+    fwd_free(&s->f);
+    kv_free(&s->kv);
+    pool_destroy(s->pool);
+    weights_free(&s->w);
+    free(s->logits);
+    free(s);
+}
+
+static hydra_status check_params(const hydra_session_params *p)
+{
+    if (p->n_threads < 0 || p->n_threads > MAX_THREADS)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "n_threads %d: must be in [0, %d]", p->n_threads, MAX_THREADS);
+    if (p->n_batch > MAX_N_BATCH)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "n_batch %u: at most %d", p->n_batch, MAX_N_BATCH);
+    if (p->kv_type != HYDRA_KV_F16 && p->kv_type != HYDRA_KV_F32)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "kv_type %d: HYDRA_KV_F16 or HYDRA_KV_F32", (int)p->kv_type);
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_model *model,
+                                            const hydra_session_params *params)
+{
+    if (out == NULL || model == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_create: out and model are required");
+    *out = NULL;
+    const hydra_session_params p = params ? *params : hydra_session_default_params();
+    hydra_status st = check_params(&p);
+    if (st != HYDRA_OK)
+        return st;
+    hydra_session *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "session");
+    s->model = model;
+    st = weights_bind(&s->w, model);
+    const int64_t n_ctx = p.n_ctx ? p.n_ctx : s->w.hp.n_ctx_train;
+    const int64_t n_batch = p.n_batch ? p.n_batch : DEFAULT_N_BATCH;
+    s->n_batch = n_batch < n_ctx ? n_batch : n_ctx;
+    s->n_threads = p.n_threads ? p.n_threads : physical_cores();
+    if (st == HYDRA_OK)
+        st = pool_create(&s->pool, s->n_threads);
+    if (st == HYDRA_OK)
+        st = kv_init(&s->kv, &s->w, p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16, n_ctx);
+    if (st == HYDRA_OK)
+        st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
+    if (st == HYDRA_OK && (s->logits = malloc(sizeof(float) * s->w.hp.n_vocab)) == NULL)
+        st = hydra_fail(HYDRA_ERR_NOMEM, "logits of %u tokens", s->w.hp.n_vocab);
+    if (st != HYDRA_OK) {
+        hydra_session_free(s);
+        return st;
+    }
+    *out = s;
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *tokens, size_t n_tokens, float *logits)
+{
+    if (s == NULL || tokens == NULL || n_tokens == 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_eval: a session and at least one token are required");
+    if (n_tokens > (size_t)(s->kv.n_ctx - s->n_past))
+        return hydra_fail(HYDRA_ERR_RANGE, "%zu tokens after %lld positions exceed the context of %lld", n_tokens,
+                          (long long)s->n_past, (long long)s->kv.n_ctx);
+    const uint32_t n_vocab = s->w.hp.n_vocab;
+    for (size_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
+            return hydra_fail(HYDRA_ERR_INVALID_ARG, "token %zu is id %d, outside the vocabulary of %u", i,
+                              (int)tokens[i], n_vocab);
+    s->have_logits = false;
+    for (size_t done = 0; done < n_tokens;) {
+        const int64_t n = (int64_t)(n_tokens - done) < s->n_batch ? (int64_t)(n_tokens - done) : s->n_batch;
+        float *out = logits ? logits + done * n_vocab : s->logits;
+        forward(&s->w, s->pool, &s->kv, &s->f, s->n_past, tokens + done, n, logits != NULL, out);
+        s->n_past += n;
+        done += (size_t)n;
+    }
+    if (logits != NULL)
+        memcpy(s->logits, logits + (n_tokens - 1) * n_vocab, sizeof(float) * n_vocab);
+    s->have_logits = true;
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_session_decode(hydra_session *s, int32_t token)
+{
+    return hydra_session_eval(s, &token, 1, NULL);
+}
+
+HYDRA_API const float *hydra_session_logits(const hydra_session *s)
+{
+    return s != NULL && s->have_logits ? s->logits : NULL;
+}
+
+HYDRA_API uint32_t hydra_session_n_past(const hydra_session *s)
+{
+    return s ? (uint32_t)s->n_past : 0;
+}
+
+HYDRA_API uint32_t hydra_session_n_ctx(const hydra_session *s)
+{
+    return s ? (uint32_t)s->kv.n_ctx : 0;
+}
+
+HYDRA_API uint32_t hydra_session_n_vocab(const hydra_session *s)
+{
+    return s ? s->w.hp.n_vocab : 0;
+}
+
+HYDRA_API int hydra_session_n_threads(const hydra_session *s)
+{
+    return s ? s->n_threads : 0;
+}
+
+HYDRA_API void hydra_session_clear(hydra_session *s)
+{
+    if (s == NULL)
+        return;
+    s->n_past = 0;
+    s->have_logits = false;
+}
+
+HYDRA_API hydra_status hydra_session_truncate(hydra_session *s, uint32_t n_past)
+{
+    if (s == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_truncate: no session");
+    if (n_past > s->n_past)
+        return hydra_fail(HYDRA_ERR_RANGE, "truncate to %u: only %lld positions were evaluated", n_past,
+                          (long long)s->n_past);
+    /* Positions at or past n_past are overwritten before any query reads
+     * them: attention only reads positions below the querying token's. */
+    s->n_past = n_past;
+    s->have_logits = false;
+    return HYDRA_OK;
+}
