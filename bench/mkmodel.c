@@ -59,11 +59,14 @@ static void usage(FILE *fp)
                 "  -o, --output FILE   where to write (required)\n"
                 "  --preset NAME       starting shape (default: tiny, or the --arch's own)\n"
                 "  --arch A            qwen3moe, llama, qwen2moe, deepseek2, gpt-oss\n");
-    for (size_t i = 0; i < N_U32_OPTIONS; i++)
-        fprintf(fp, "  %-14s N      %s\n", u32_options[i].flag, u32_options[i].help);
+    for (size_t i = 0; i < N_U32_OPTIONS; i++) {
+        char flag[32];
+        snprintf(flag, sizeof flag, "%s N", u32_options[i].flag);
+        fprintf(fp, "  %-19s %s\n", flag, u32_options[i].help);
+    }
     fprintf(fp, "  --type NAME         weight matrices' type:");
     for (uint32_t t = 0; t < QT_COUNT; t++)
-        if (quant_traits_of(t) && quant_traits_of(t)->from_float)
+        if (synth_type_writable(t))
             fprintf(fp, " %s", quant_traits_of(t)->name);
     fprintf(fp, "\n  --seed S            random seed (same seed, same file)\n  -h, --help          this text\n\npresets:\n");
     for (size_t i = 0; i < synth_preset_count(); i++)

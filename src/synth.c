@@ -43,14 +43,20 @@ typedef struct plan {
 
 /* ------------------------------------------------------------ checks */
 
+bool synth_type_writable(uint32_t type)
+{
+    const quant_traits *qt = quant_traits_of(type);
+    return qt != NULL && qt->from_float != NULL && qt->vec_dot_ref != NULL;
+}
+
 static hydra_status check_type(uint32_t type)
 {
     const quant_traits *qt = quant_traits_of(type);
     if (qt == NULL)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "synthetic model: tensor type %" PRIu32 " does not exist", type);
-    if (qt->from_float == NULL)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "synthetic model: type %s cannot be written: hydra has no "
-                          "quantiser for it", qt->name);
+    if (!synth_type_writable(type))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "synthetic model: weights cannot be stored as %s: hydra has no "
+                          "%s for it", qt->name, qt->from_float == NULL ? "quantiser" : "weight dot product");
     return HYDRA_OK;
 }
 

@@ -43,7 +43,7 @@ typedef struct synth_params {
     uint32_t n_expert_group, n_expert_group_used; /* deepseek2 group-limited routing */
     uint32_t n_vocab;          /* 0: the vocabulary's natural size (a few hundred tokens) */
     uint32_t n_ctx;            /* context_length */
-    uint32_t type;             /* weight matrices: any type whose quant_traits has from_float */
+    uint32_t type;             /* weight matrices: a type synth_type_writable() accepts */
     uint64_t seed;
     synth_progress_fn progress; /* optional */
     void *progress_user;
@@ -67,6 +67,11 @@ hydra_status synth_check(const synth_params *p);
 
 /* Tensor data bytes the file will hold (0 if the parameters are invalid). */
 uint64_t synth_data_bytes(const synth_params *p);
+
+/* Whether weight matrices can be stored in this type: it has a reference
+ * quantiser (from_float) and is a weight format (a reference dot product;
+ * activation-only formats such as Q8_K are not). */
+bool synth_type_writable(uint32_t type);
 
 /* Writes the model.  Same parameters and seed give a byte-identical file. */
 hydra_status synth_write(const char *path, const synth_params *p);
