@@ -9,6 +9,7 @@
  *              relative each, a few dozen terms deep at most here), the
  *              reference in double.  A wrong scale, bit or sub-block moves
  *              the result by a whole block's term, orders of magnitude more.
+ *   rows       multi-row kernels equal the same set's vec_dot bit for bit.
  *   quantise   activation quantisers produce bytes identical to from_float,
  *              including round-half-even ties, zero blocks, F16 subnormals,
  *              overflow and NaN.
@@ -186,6 +187,45 @@ static void check_set_dots(test_ctx *t_, const simd_kernels *set, uint64_t *rng,
     }
 }
 
+/* Each set's multi-row kernels give, row by row, exactly its vec_dot. */
+static void check_set_rows(test_ctx *t_, const simd_kernels *set, uint64_t *rng, int *checked)
+{
+    static const int64_t blocks[] = {1, 2, 5, 64};
+    for (uint32_t type = 0; type < QT_COUNT; type++) {
+        quant_vec_dot_rows_fn rows_fn = set->vec_dot_rows[type];
+        if (rows_fn == NULL)
+            continue;
+        CHECK(set->vec_dot[type] != NULL);
+        const quant_traits *wt = quant_traits_of(type);
+        const quant_traits *at = quant_traits_of(wt->vec_dot_type);
+        for (size_t s = 0; s < sizeof blocks / sizeof blocks[0]; s++) {
+            int64_t n = blocks[s] * (int64_t)wt->block_size;
+            size_t row_bytes = (size_t)(blocks[s] * (int64_t)wt->type_size), stride = row_bytes + 5;
+            uint8_t *w = malloc(stride * SIMD_ROWS), *a = malloc((size_t)(n / at->block_size * at->type_size));
+            float *x = malloc((size_t)n * sizeof(float));
+            if (w == NULL || a == NULL || x == NULL) {
+                free(w), free(a), free(x);
+                FAIL("out of memory");
+            }
+            for (int r = 0; r < SIMD_ROWS; r++)
+                fill_raw(type, w + (size_t)r * stride, blocks[s], rng);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = rng_float(rng);
+            at->from_float(x, a, n);
+            float got[SIMD_ROWS], want[SIMD_ROWS];
+            rows_fn(n, got, w, stride, a);
+            for (int r = 0; r < SIMD_ROWS; r++)
+                set->vec_dot[type](n, &want[r], w + (size_t)r * stride, a);
+            free(w), free(a), free(x);
+            for (int r = 0; r < SIMD_ROWS; r++)
+                if (memcmp(&got[r], &want[r], sizeof got[r]) != 0)
+                    FAIL("%s vec_dot_rows of %s, n=%lld, row %d: %.9g, vec_dot %.9g", set->isa, wt->name,
+                         (long long)n, r, got[r], want[r]);
+            (*checked)++;
+        }
+    }
+}
+
 /* Inputs that probe the quantisers' rounding: ties at .5 after scaling
  * (amax 127 makes the scale exactly 1), zero blocks, tiny and huge values,
  * F16 subnormals and overflow, NaN for the float formats. */
@@ -257,6 +297,9 @@ TEST(simd_sets_match_references)
             continue;
         }
         check_set_dots(t_, set, &rng, &checked);
+        if (t_->result != TEST_PASS)
+            return;
+        check_set_rows(t_, set, &rng, &checked);
         if (t_->result != TEST_PASS)
             return;
         check_set_quantisers(t_, set, &rng, &checked);

@@ -33,6 +33,25 @@ void quant_cpu_dispatch(quant_traits *table, uint32_t n)
     }
 }
 
+/* The best running set with a vec_dot for wtype: the one dispatch chose. */
+static const simd_kernels *set_of_vec_dot(uint32_t wtype)
+{
+    const cpu_features *f = cpu_features_get();
+    const simd_kernels *best = NULL;
+    for (int s = 0; s < simd_kernel_set_count; s++)
+        if (simd_kernel_sets[s]->vec_dot[wtype] != NULL && simd_kernel_sets[s]->runs_on(f))
+            best = simd_kernel_sets[s];
+    return best;
+}
+
+quant_vec_dot_rows_fn quant_cpu_vec_dot_rows(uint32_t wtype)
+{
+    if (wtype >= QT_COUNT)
+        return NULL;
+    const simd_kernels *set = set_of_vec_dot(wtype);
+    return set != NULL ? set->vec_dot_rows[wtype] : NULL;
+}
+
 quant_from_float_fn quant_cpu_act_quantizer(uint32_t act_type)
 {
     if (act_type >= QT_COUNT)

@@ -47,6 +47,7 @@ void matmul_quantize_act(uint32_t wtype, const float *x, void *x_q, int64_t n)
 
 typedef struct matmul_job {
     quant_vec_dot_fn vec_dot;
+    quant_vec_dot_rows_fn vec_dot_rows; /* SIMD_ROWS rows at once, or NULL */
     const uint8_t *w;
     size_t row_stride;
     int64_t n_rows, n;
@@ -64,6 +65,7 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+/* Rows per chunk: a multiple of SIMD_ROWS, so groups never straddle chunks. */
 static int64_t chunk_rows_for(int64_t n_rows, int64_t max_rows, int n_threads)
 {
     int64_t rows = (n_rows + (int64_t)n_threads * CHUNKS_PER_THREAD - 1) / ((int64_t)n_threads * CHUNKS_PER_THREAD);
@@ -71,7 +73,7 @@ static int64_t chunk_rows_for(int64_t n_rows, int64_t max_rows, int n_threads)
         rows = MIN_CHUNK_ROWS;
     if (rows > max_rows)
         rows = max_rows;
-    return rows;
+    return rows < SIMD_ROWS ? rows : rows / SIMD_ROWS * SIMD_ROWS;
 }
 
 /* Claims the next chunk; false when none is left. */
@@ -85,6 +87,19 @@ static int claim(matmul_job *job, int64_t *r0, int64_t *r1)
     return 1;
 }
 
+/* y[r0 .. r1) for one token: groups of SIMD_ROWS rows share the activation
+ * loads where the type has such a kernel; the rest go one by one.  Both give
+ * the same bits per row (simd.h). */
+static void dot_rows(const matmul_job *job, int64_t r0, int64_t r1, const uint8_t *x, float *y)
+{
+    int64_t r = r0;
+    if (job->vec_dot_rows != NULL)
+        for (; r + SIMD_ROWS <= r1; r += SIMD_ROWS)
+            job->vec_dot_rows(job->n, &y[r], job->w + (size_t)r * job->row_stride, job->row_stride, x);
+    for (; r < r1; r++)
+        job->vec_dot(job->n, &y[r], job->w + (size_t)r * job->row_stride, x);
+}
+
 static void matvec_task(void *ctx, int thread_idx, int n_threads)
 {
     (void)thread_idx;
@@ -92,8 +107,7 @@ static void matvec_task(void *ctx, int thread_idx, int n_threads)
     matmul_job *job = ctx;
     int64_t r0, r1;
     while (claim(job, &r0, &r1))
-        for (int64_t r = r0; r < r1; r++)
-            job->vec_dot(job->n, &job->y[r], job->w + (size_t)r * job->row_stride, job->x);
+        dot_rows(job, r0, r1, job->x, job->y);
 }
 
 static void matmul_task(void *ctx, int thread_idx, int n_threads)
@@ -105,11 +119,10 @@ static void matmul_task(void *ctx, int thread_idx, int n_threads)
     while (claim(job, &r0, &r1)) {
         for (int64_t t0 = 0; t0 < job->n_tok; t0 += TOKENS_PER_BLOCK) {
             int64_t t1 = min64(t0 + TOKENS_PER_BLOCK, job->n_tok);
-            for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *w_row = job->w + (size_t)r * job->row_stride;
+            for (int64_t g = r0; g < r1; g += SIMD_ROWS) {
+                int64_t g1 = min64(g + SIMD_ROWS, r1);
                 for (int64_t t = t0; t < t1; t++)
-                    job->vec_dot(job->n, &job->y[(size_t)t * job->y_stride + (size_t)r], w_row,
-                                 job->x + (size_t)t * job->x_stride);
+                    dot_rows(job, g, g1, job->x + (size_t)t * job->x_stride, job->y + (size_t)t * job->y_stride);
             }
         }
     }
@@ -120,6 +133,7 @@ void matvec(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride,
 {
     matmul_job job = {
         .vec_dot = quant_traits_of(wtype)->vec_dot,
+        .vec_dot_rows = quant_cpu_vec_dot_rows(wtype),
         .w = w, .row_stride = row_stride, .n_rows = n_rows, .n = n,
         .x = x_q, .y = y,
         .chunk_rows = chunk_rows_for(n_rows, n_rows, pool_size(pool)),
@@ -138,6 +152,7 @@ void matmul(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride,
     int64_t tile_rows = (int64_t)(TILE_WEIGHT_BYTES / (row_stride > 0 ? row_stride : 1));
     matmul_job job = {
         .vec_dot = quant_traits_of(wtype)->vec_dot,
+        .vec_dot_rows = quant_cpu_vec_dot_rows(wtype),
         .w = w, .row_stride = row_stride, .n_rows = n_rows, .n = n,
         .x = x_q, .x_stride = x_stride, .n_tok = n_tok,
         .y = y, .y_stride = y_stride,

@@ -12,10 +12,21 @@
 #include "cpu_features.h"
 #include "quant.h"
 
+#include <stddef.h>
+
+/* Rows a vec_dot_rows kernel computes in one call: they share the loads and
+ * scales of the activation row. */
+enum { SIMD_ROWS = 4 };
+
+/* out[r] = row r . a for r < SIMD_ROWS, row r at w + r * row_stride; each
+ * out[r] bit-identical to the same set's vec_dot on that row. */
+typedef void (*quant_vec_dot_rows_fn)(int64_t n, float *out, const void *w, size_t row_stride, const void *a);
+
 typedef struct simd_kernels {
     const char *isa;                           /* "avx2" */
     bool (*runs_on)(const cpu_features *f);    /* every instruction it uses is there */
     quant_vec_dot_fn vec_dot[QT_COUNT];        /* by weight type */
+    quant_vec_dot_rows_fn vec_dot_rows[QT_COUNT]; /* by weight type, where sharing pays */
     quant_from_float_fn quantize[QT_COUNT];    /* by activation type; bytes identical to from_float */
 } simd_kernels;
 
@@ -28,6 +39,10 @@ extern const simd_kernels simd_avx512;  /* vec_dot_avx512.c: + AVX-512 F, BW, VL
 /* The sets compiled into this build, in ascending preference. */
 extern const simd_kernels *const simd_kernel_sets[];
 extern const int simd_kernel_set_count;
+
+/* The SIMD_ROWS-row kernel matching the dispatched vec_dot of weight type
+ * wtype (the same set's), or NULL when that set has none. */
+quant_vec_dot_rows_fn quant_cpu_vec_dot_rows(uint32_t wtype);
 
 /* The fastest activation quantiser for type act_type this CPU runs, or NULL
  * when only the reference (the table's from_float) exists. */
