@@ -29,7 +29,7 @@ LDFLAGS += $(SANFLAGS)
 LDLIBS  += -lm -lpthread
 
 LIB_SRC   := $(wildcard src/*.c kernels/cpu/*.c model/*.c)
-TOOL_SRC  := src/tools/run.c bench/mkmodel.c
+TOOL_SRC  := src/tools/run.c bench/mkmodel.c bench/bench.c
 TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -37,7 +37,7 @@ TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB_SO  := $(BUILD)/libhydra.so
 LIB_A   := $(BUILD)/libhydra.a
-TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel
+TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel $(BUILD)/hydra-bench
 TESTBIN := $(BUILD)/hydra-test
 
 .PHONY: all run test fuzz install clean
@@ -60,6 +60,9 @@ $(BUILD)/hydra-run: $(BUILD)/obj/src/tools/run.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/hydra-bench: $(BUILD)/obj/bench/bench.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(TESTBIN): $(TEST_OBJ) $(LIB_A)
