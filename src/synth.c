@@ -5,7 +5,8 @@
  * and quantised one chunk of rows at a time through the streaming writer.
  *
  * Weights are seeded per tensor (seed mixed with the tensor's name), so a
- * tensor's values do not depend on which tensors came before it.
+ * tensor's values do not depend on which tensors came before it
+ * (synth_weights.c draws them).
  */
 #include "synth.h"
 
@@ -14,14 +15,12 @@
 #include "quant.h"
 #include "synth_arch.h"
 #include "synth_vocab.h"
+#include "synth_weights.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { CHUNK_VALUES = 1 << 16 }; /* values generated per chunk (256 KiB of floats) */
 
 typedef struct planned_tensor {
     char name[64];
@@ -302,103 +301,38 @@ static hydra_status declare_tensors(gguf_writer *w, const plan *pl)
     return st;
 }
 
-/* ------------------------------------------------------------ weights */
+/* ------------------------------------------------------------ tensor data */
 
-/* splitmix64 (Steele, Lea, Flood 2014): a full-period 64-bit generator. */
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-/* Approximately N(0, 1): Irwin-Hall, the sum of four uniform 16-bit
- * integers from one draw, centred (mean 4 x 32767.5) and divided by its
- * standard deviation 2 x sqrt((65536^2 - 1) / 12) = 37837.23.  Integer
- * arithmetic keeps files bit-identical across C libraries, which a
- * Box-Muller transform (log, cos) would not guarantee. */
-static float unit_normal(uint64_t *state)
-{
-    uint64_t r = splitmix64(state);
-    int64_t sum = (int64_t)(r & 0xffff) + (int64_t)((r >> 16) & 0xffff) + (int64_t)((r >> 32) & 0xffff) +
-                  (int64_t)(r >> 48) - 2 * 65535;
-    return (float)sum * (1.0f / 37837.23f);
-}
-
-static uint64_t tensor_seed(uint64_t seed, const char *name)
-{
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (const char *c = name; *c; c++)
-        h = (h ^ (unsigned char)*c) * 0x100000001b3u;
-    uint64_t state = seed ^ h;
-    splitmix64(&state);
-    return state;
-}
-
-/* Weights and routers: std 1/sqrt(fan_in) (fan_in = the row length), so
- * activations keep their scale.  Norm gains near 1, biases near 0. */
-static void fill_values(float *v, uint64_t n, const planned_tensor *t, uint64_t *state)
-{
-    float scale = t->role == SR_NORM ? 0.05f : t->role == SR_BIAS ? 0.02f : (float)(1.0 / sqrt((double)t->ne[0]));
-    float offset = t->role == SR_NORM ? 1.0f : 0.0f;
-    for (uint64_t i = 0; i < n; i++)
-        v[i] = offset + scale * unit_normal(state);
-}
-
-typedef struct stream {
+typedef struct sink_state {
     gguf_writer *w;
     const synth_params *p;
-    float *values;
-    uint8_t *bytes;
+    const char *tensor;
     uint64_t done, total;
-} stream;
+} sink_state;
 
-static uint64_t chunk_rows(const planned_tensor *t)
+static hydra_status write_bytes(const void *bytes, size_t n, void *user)
 {
-    return t->ne[0] >= CHUNK_VALUES ? 1 : CHUNK_VALUES / t->ne[0];
+    sink_state *s = user;
+    hydra_status st = gguf_writer_write(s->w, bytes, n);
+    s->done += n;
+    if (st == HYDRA_OK && s->p->progress != NULL && !s->p->progress(s->done, s->total, s->p->progress_user))
+        return hydra_fail(HYDRA_ERR_CANCELLED, "synthetic model: cancelled at %s", s->tensor);
+    return st;
 }
 
-static hydra_status stream_alloc(stream *s, const plan *pl)
+static hydra_status write_data(gguf_writer *w, const plan *pl)
 {
-    uint64_t max_values = 0, max_bytes = 0;
-    for (size_t i = 0; i < pl->n_tensors; i++) {
+    synth_weights *gen;
+    hydra_status st = synth_weights_create(&gen, (int)pl->p.n_threads);
+    sink_state sink = {.w = w, .p = &pl->p, .total = pl->data_bytes};
+    for (size_t i = 0; i < pl->n_tensors && st == HYDRA_OK; i++) {
         const planned_tensor *t = &pl->tensors[i];
-        uint64_t rows = chunk_rows(t), row_bytes;
-        quant_row_bytes(t->type, t->ne[0], &row_bytes);
-        if (rows * t->ne[0] > max_values)
-            max_values = rows * t->ne[0];
-        if (rows * row_bytes > max_bytes)
-            max_bytes = rows * row_bytes;
+        synth_weight_tensor wt = {t->name, t->type, t->ne[0], t->ne[1] * t->ne[2], t->role};
+        sink.tensor = t->name;
+        st = synth_weights_stream(gen, &wt, pl->p.seed, write_bytes, &sink);
     }
-    if (max_values > SIZE_MAX / sizeof(float) || max_bytes > SIZE_MAX)
-        return hydra_fail(HYDRA_ERR_NOMEM, "synthetic model: rows too long for memory");
-    s->values = malloc((size_t)max_values * sizeof(float));
-    s->bytes = malloc((size_t)max_bytes);
-    if (s->values == NULL || s->bytes == NULL)
-        return hydra_fail(HYDRA_ERR_NOMEM, "synthetic model: out of memory for a chunk of %" PRIu64 " values",
-                          max_values);
-    return HYDRA_OK;
-}
-
-static hydra_status stream_tensor(stream *s, const planned_tensor *t)
-{
-    const quant_traits *qt = quant_traits_of(t->type);
-    uint64_t state = tensor_seed(s->p->seed, t->name), row_bytes;
-    quant_row_bytes(t->type, t->ne[0], &row_bytes);
-    uint64_t n_rows = t->ne[1] * t->ne[2], step = chunk_rows(t);
-    for (uint64_t r = 0; r < n_rows; r += step) {
-        uint64_t rows = n_rows - r < step ? n_rows - r : step;
-        fill_values(s->values, rows * t->ne[0], t, &state);
-        qt->from_float(s->values, s->bytes, (int64_t)(rows * t->ne[0]));
-        hydra_status st = gguf_writer_write(s->w, s->bytes, (size_t)(rows * row_bytes));
-        if (st != HYDRA_OK)
-            return st;
-        s->done += rows * row_bytes;
-        if (s->p->progress != NULL && !s->p->progress(s->done, s->total, s->p->progress_user))
-            return hydra_fail(HYDRA_ERR_CANCELLED, "synthetic model: cancelled at %s", t->name);
-    }
-    return HYDRA_OK;
+    synth_weights_free(gen);
+    return st;
 }
 
 /* ------------------------------------------------------------ the file */
@@ -412,14 +346,7 @@ static hydra_status write_plan(gguf_writer *w, const plan *pl)
         st = synth_vocab_write_keys(&pl->vocab, w);
     if (st == HYDRA_OK)
         st = declare_tensors(w, pl);
-    stream s = {.w = w, .p = &pl->p, .total = pl->data_bytes};
-    if (st == HYDRA_OK)
-        st = stream_alloc(&s, pl);
-    for (size_t i = 0; i < pl->n_tensors && st == HYDRA_OK; i++)
-        st = stream_tensor(&s, &pl->tensors[i]);
-    free(s.values);
-    free(s.bytes);
-    return st;
+    return st == HYDRA_OK ? write_data(w, pl) : st;
 }
 
 hydra_status synth_write(const char *path, const synth_params *p)

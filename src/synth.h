@@ -45,6 +45,7 @@ typedef struct synth_params {
     uint32_t n_ctx;            /* context_length */
     uint32_t type;             /* weight matrices: a type synth_type_writable() accepts */
     uint64_t seed;
+    uint32_t n_threads;        /* generating threads; 0 = one per processor (the bytes do not depend on it) */
     synth_progress_fn progress; /* optional */
     void *progress_user;
 } synth_params;

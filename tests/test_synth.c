@@ -355,6 +355,24 @@ TEST(synth_different_seed_gives_different_weights)
     CHECK(differing > na / 4);
 }
 
+/* Chunks are seeded on their own: one thread (batches of 4 chunks) and
+ * three (batches of 12) write the same bytes. */
+TEST(synth_thread_count_does_not_change_the_file)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("qwen3moe-tiny", &p));
+    p.n_embd = 256, p.n_ff_exp = 256; /* expert tensors: 2048 rows, 8 chunks of 256 */
+    p.n_threads = 1;
+    size_t na = 0, nb = 0;
+    uint8_t *a = write_and_read(&p, "threads-1.gguf", &na);
+    p.n_threads = 3;
+    uint8_t *b = write_and_read(&p, "threads-3.gguf", &nb);
+    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+    CHECK(same);
+}
+
 /* ------------------------------------------------------------ types */
 
 /* Relative RMS error a type may show on Gaussian weights.  Floats: their
