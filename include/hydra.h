@@ -349,6 +349,90 @@ HYDRA_API void hydra_detokenizer_flush(hydra_detokenizer *d, const char **text, 
 /* NULL is allowed.  The model must outlive the detokenizer. */
 HYDRA_API void hydra_detokenizer_free(hydra_detokenizer *d);
 
+/* --------------------------------------------------------- chat templates */
+
+/* A model's chat template (tokenizer.chat_template, a Jinja template) turns
+ * a conversation into the prompt text the model was trained on.  hydra runs
+ * the template itself, with a Jinja interpreter that renders like Hugging
+ * Face transformers' apply_chat_template (jinja2 with trim_blocks and
+ * lstrip_blocks, raise_exception, strftime_now, transformers' tojson).
+ * docs/CHAT_TEMPLATES.md lists what it supports. */
+
+typedef struct hydra_chat_template hydra_chat_template;
+
+/* One message.  role and content are what every template reads; the other
+ * fields are passed to the template only when not NULL. */
+typedef struct hydra_chat_message {
+    const char *role;              /* "system", "user", "assistant", "tool", ... */
+    const char *content;           /* NULL: content is null (None) */
+    const char *reasoning_content; /* an assistant's reasoning; given to the template as both
+                                      `reasoning_content` (Qwen, GLM, DeepSeek) and `thinking`
+                                      (gpt-oss), the two names templates use */
+    const char *tool_calls_json;   /* the OpenAI `tool_calls` array, as JSON */
+    const char *tool_call_id;      /* a tool result: the call it answers */
+    const char *name;              /* a tool result: the tool's name */
+} hydra_chat_message;
+
+typedef struct hydra_chat_params {
+    bool add_generation_prompt; /* end with the header of an assistant turn */
+    const char *bos_token;      /* NULL: the variable is undefined */
+    const char *eos_token;      /* NULL: the variable is undefined */
+    const char *tools_json;     /* the OpenAI `tools` array as JSON; NULL: tools is None */
+    const char *extra_json;     /* a JSON object of more variables, e.g.
+                                   {"enable_thinking": false}; set last, so they win */
+    bool fixed_time;            /* strftime_now() shows fixed_now (unix seconds, UTC) ... */
+    int64_t fixed_now;          /* ... instead of the current local time */
+    /* Limits for hostile templates; 0 = the default. */
+    size_t max_output;          /* bytes of rendered text (16 MiB) */
+    size_t max_memory;          /* bytes of values alive during a render (256 MiB) */
+    uint64_t max_steps;         /* loop iterations + macro calls + filtered items (10 million) */
+    unsigned max_depth;         /* nesting of the template and of calls (200) */
+} hydra_chat_params;
+
+/* No generation prompt, no tokens, no tools, current time, default limits. */
+HYDRA_API hydra_chat_params hydra_chat_default_params(void);
+
+/* Parses a template (NUL-terminated).  A syntax error, or a filter or test
+ * hydra does not have, fails here with the line and column in
+ * hydra_last_error(). */
+HYDRA_API hydra_status hydra_chat_template_new(const char *text, hydra_chat_template **out);
+
+/* NULL is allowed. */
+HYDRA_API void hydra_chat_template_free(hydra_chat_template *tmpl);
+
+/* Renders messages[0..n).  On success *out is the text, NUL-terminated and
+ * malloc'd (release it with free()), *len its length (optional).  Runtime
+ * errors, including the template's own raise_exception("..."), fail with
+ * the line and column and leave *out NULL. */
+HYDRA_API hydra_status hydra_chat_apply(const hydra_chat_template *tmpl, const hydra_chat_message *messages,
+                                        size_t n, const hydra_chat_params *params, char **out, size_t *len);
+
+/* The same with the messages as a JSON array of objects, passed to the
+ * template as they are (any fields: OpenAI chat-completions messages with
+ * tool_calls, content parts, reasoning_content...). */
+HYDRA_API hydra_status hydra_chat_apply_json(const hydra_chat_template *tmpl, const char *messages_json,
+                                             const hydra_chat_params *params, char **out, size_t *len);
+
+/* A built-in template by name (chatml, qwen3, llama3, mistral-nemo,
+ * deepseek-v3.1, gpt-oss, glm-4.6, kimi-k2).  An unknown name fails with
+ * HYDRA_ERR_NOT_FOUND and a message naming --chat-template and the names. */
+HYDRA_API hydra_status hydra_chat_builtin(const char *name, const char **text);
+
+/* The names of the built-in templates, ", "-separated. */
+HYDRA_API const char *hydra_chat_builtin_names(void);
+
+/* The template text for a model: `override` when given (a built-in name, or
+ * a template text itself when it contains "{{" or "{%"), else the model's
+ * tokenizer.chat_template.  HYDRA_ERR_NOT_FOUND when there is neither, or
+ * for an unknown override name. */
+HYDRA_API hydra_status hydra_chat_model_template(const hydra_model *model, const char *override,
+                                                 const char **text);
+
+/* Fills params->bos_token and eos_token with the text of the model's
+ * tokenizer.ggml.bos_token_id / eos_token_id tokens (left NULL when the
+ * model has none).  The strings belong to the model. */
+HYDRA_API void hydra_chat_model_tokens(const hydra_model *model, hydra_chat_params *params);
+
 #ifdef __cplusplus
 }
 #endif
