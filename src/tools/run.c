@@ -341,14 +341,16 @@ static const char *resolve_model(const run_opts *o, char *buf, size_t len)
     if (o->model != NULL)
         return o->model;
     bool written = false;
-    const char *path = default_model(buf, len, &written);
+    synth_params tiny;
+    const char *path = synth_preset("tiny", &tiny) == HYDRA_OK ? default_model(buf, len, &written) : NULL;
     if (path == NULL) {
         fprintf(stderr, "hydra-run: no model given, and the built-in default could not be written: %s\n",
                 hydra_last_error());
         return NULL;
     }
-    fprintf(stderr, "hydra-run: no model given: using the built-in default, a synthetic qwen3moe (2 layers, "
-                    "8 experts top-2, Q8_0, random weights) %s %s\n",
+    fprintf(stderr, "hydra-run: no model given: using the built-in default, a synthetic %s (%" PRIu32 " layers, "
+                    "%" PRIu32 " experts top-%" PRIu32 ", %s, random weights) %s %s\n",
+            tiny.arch, tiny.n_layer, tiny.n_expert, tiny.n_expert_used, hydra_type_name(tiny.type),
             written ? "written now to" : "cached at", path);
     return path;
 }
