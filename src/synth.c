@@ -1,12 +1,10 @@
 /*
  * synth.c — writes synthetic MoE models (see synth.h).  Two passes: a plan
  * (the tensor list with names, types and shapes, checked before any file
- * exists), then the file: metadata, tensor infos, and tensor data generated
- * and quantised one chunk of rows at a time through the streaming writer.
- *
- * Weights are seeded per tensor (seed mixed with the tensor's name), so a
- * tensor's values do not depend on which tensors came before it
- * (synth_weights.c draws them).
+ * exists), then the file: metadata, tensor infos, and tensor data that
+ * synth_weights.c generates and quantises a batch of row chunks at a time,
+ * streamed through the GGUF writer.  A 32 GB Qwen3-30B-A3B-shaped Q8_0 file
+ * is written with about 22 MB resident.
  */
 #include "synth.h"
 
