@@ -107,6 +107,7 @@ static inline jv jv_float(double f) { return (jv){.kind = JV_FLOAT, .f = f}; }
 static inline jv jv_str(const jstr *s) { return (jv){.kind = JV_STRING, .s = s}; }
 
 /* Constructors: NULL when the arena is exhausted. */
+jstr *jstr_alloc(jarena *arena, size_t len); /* len zero bytes, to fill in */
 jstr *jstr_new(jarena *arena, const char *bytes, size_t len);
 jstr *jstr_cat(jarena *arena, const jstr *a, const jstr *b);
 jlist *jlist_new(jarena *arena, size_t cap);

@@ -141,7 +141,7 @@ static bool scope_set(jarena *arena, jscope *s, const jstr *name, jv value)
         return true;
     }
     if (s->len == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
+        size_t cap = s->cap ? s->cap * 2 : 4;
         const jstr **names = jarena_alloc(arena, cap * sizeof *names);
         jv *values = jarena_alloc(arena, cap * sizeof *values);
         if (names == NULL || values == NULL)
@@ -471,7 +471,8 @@ static hydra_status concat_lists(jctx *ctx, const jlist *a, const jlist *b, jv *
     hydra_status st = jctx_list(ctx, a->len + b->len, &list);
     if (st != HYDRA_OK)
         return st;
-    memcpy(list->items, a->items, a->len * sizeof(jv));
+    if (a->len)
+        memcpy(list->items, a->items, a->len * sizeof(jv));
     if (b->len)
         memcpy(list->items + a->len, b->items, b->len * sizeof(jv));
     list->len = a->len + b->len;
@@ -487,7 +488,7 @@ static hydra_status repeat(jctx *ctx, jv seq, int64_t times, jv *out)
     if (seq.kind == JV_STRING) {
         if (seq.s->len && (uint64_t)times > ctx->limits.max_memory / seq.s->len)
             return jctx_nomem(ctx);
-        jstr *s = jstr_new(ctx->arena, "", seq.s->len * (size_t)times);
+        jstr *s = jstr_alloc(ctx->arena, seq.s->len * (size_t)times);
         if (s == NULL)
             return jctx_nomem(ctx);
         for (int64_t k = 0; k < times; k++)
@@ -499,7 +500,7 @@ static hydra_status repeat(jctx *ctx, jv seq, int64_t times, jv *out)
         return jctx_nomem(ctx);
     jlist *list;
     hydra_status st = jctx_list(ctx, seq.list->len * (size_t)times, &list);
-    for (int64_t k = 0; st == HYDRA_OK && k < times; k++)
+    for (int64_t k = 0; st == HYDRA_OK && seq.list->len && k < times; k++)
         memcpy(list->items + (size_t)k * seq.list->len, seq.list->items, seq.list->len * sizeof(jv));
     if (st == HYDRA_OK) {
         list->len = seq.list->len * (size_t)times;
@@ -888,11 +889,7 @@ static hydra_status call_macro(jctx *ctx, const jcallable *fn, const jv *args, s
         return jctx_nomem(ctx);
     if ((st = bind_macro_args(ctx, fn->macro, scope, args, n_args, kw_names, kw_values, n_kw)) != HYDRA_OK)
         return st;
-    unsigned outer_loops = ctx->loop_depth;
-    ctx->loop_depth = 0;
-    st = capture(ctx, fn->macro->macro.body, scope, out);
-    ctx->loop_depth = outer_loops;
-    return st;
+    return capture(ctx, fn->macro->macro.body, scope, out);
 }
 
 hydra_status jeval_call_value(jctx *ctx, jv callee, const jv *args, size_t n_args, const jstr **kw_names,
@@ -1070,7 +1067,8 @@ hydra_status jeval_iterate(jctx *ctx, jv value, jlist **out)
     case JV_DICT:
         if ((st = jctx_list(ctx, value.dict->len, out)) != HYDRA_OK)
             return st;
-        memcpy((*out)->items, value.dict->keys, value.dict->len * sizeof(jv));
+        if (value.dict->len)
+            memcpy((*out)->items, value.dict->keys, value.dict->len * sizeof(jv));
         (*out)->len = value.dict->len;
         return HYDRA_OK;
     case JV_STRING: {
@@ -1110,19 +1108,27 @@ static hydra_status bind_target(jctx *ctx, const jtarget *target, jv value)
 
 /* ------------------------------------------------------------ statements */
 
+/* Each iteration starts from an empty scope (jinja2 re-creates the loop
+ * frame each time round); the scope's storage is reused, so a long loop
+ * does not grow the arena. */
+static void scope_clear(jscope *s)
+{
+    s->len = 0;
+}
+
 static hydra_status filter_loop_items(jctx *ctx, const jnode *n, jlist *items, jlist **out)
 {
     jlist *kept;
     hydra_status st = jctx_list(ctx, 0, &kept);
-    jscope *outer = ctx->scope;
+    jscope *outer = ctx->scope, *inner = scope_new(ctx, outer);
+    if (inner == NULL)
+        return jctx_nomem(ctx);
     for (size_t k = 0; st == HYDRA_OK && k < items->len; k++) {
         jv keep;
         if ((st = jctx_step(ctx, 1)) != HYDRA_OK)
             break;
-        if ((ctx->scope = scope_new(ctx, outer)) == NULL) {
-            st = jctx_nomem(ctx);
-            break;
-        }
+        scope_clear(inner);
+        ctx->scope = inner;
         st = bind_target(ctx, &n->loop.target, items->items[k]);
         if (st == HYDRA_OK)
             st = eval(ctx, n->loop.filter, &keep);
@@ -1152,16 +1158,16 @@ static hydra_status exec_for(jctx *ctx, const jnode *n)
     if (loop == NULL || loop_name == NULL)
         return jctx_nomem(ctx);
     loop->items = items;
-    loop->depth = ++ctx->loop_depth;
-    jscope *outer = ctx->scope;
+    loop->depth = 1; /* deeper only in recursive loops, which hydra does not run */
+    jscope *outer = ctx->scope, *inner = scope_new(ctx, outer);
+    if (inner == NULL)
+        return jctx_nomem(ctx);
     for (size_t k = 0; st == HYDRA_OK && k < items->len; k++) {
         ctx->at = n;
         if ((st = jctx_step(ctx, 1)) != HYDRA_OK)
             break;
-        if ((ctx->scope = scope_new(ctx, outer)) == NULL) {
-            st = jctx_nomem(ctx);
-            break;
-        }
+        scope_clear(inner);
+        ctx->scope = inner;
         loop->index0 = k;
         st = assign(ctx, loop_name, (jv){.kind = JV_LOOP, .loop = loop});
         if (st == HYDRA_OK)
@@ -1175,7 +1181,6 @@ static hydra_status exec_for(jctx *ctx, const jnode *n)
         }
         ctx->flow = FLOW_NORMAL;
     }
-    ctx->loop_depth--;
     if (st == HYDRA_OK && items->len == 0 && n->loop.otherwise)
         st = exec_node(ctx, n->loop.otherwise);
     return st;
@@ -1245,11 +1250,14 @@ static hydra_status exec_inner(jctx *ctx, const jnode *n)
     case N_EMIT:
         return exec_emit(ctx, n);
     case N_IF:
-        if ((st = eval(ctx, n->cond.test, &test)) != HYDRA_OK)
-            return st;
-        if (jv_truthy(test))
-            return exec_node(ctx, n->cond.then);
-        return n->cond.otherwise ? exec_node(ctx, n->cond.otherwise) : HYDRA_OK;
+        /* elif branches are nested N_IFs: walk the chain without recursing */
+        for (; n && n->kind == N_IF; n = n->cond.otherwise) {
+            if ((st = eval(ctx, n->cond.test, &test)) != HYDRA_OK)
+                return st;
+            if (jv_truthy(test))
+                return exec_node(ctx, n->cond.then);
+        }
+        return n ? exec_node(ctx, n) : HYDRA_OK;
     case N_FOR:
         return exec_for(ctx, n);
     case N_SET:

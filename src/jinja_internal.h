@@ -151,7 +151,7 @@ struct jcallable {
 struct jloop {
     const jlist *items;
     size_t index0;
-    unsigned depth; /* 1 for the outermost loop */
+    unsigned depth; /* loop.depth: 1 (recursive loops are not supported) */
 };
 
 typedef enum jflow { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE } jflow;
@@ -165,7 +165,6 @@ typedef struct jctx {
     const jnode *at; /* node under evaluation, for messages */
     uint64_t steps;
     unsigned depth;  /* recursion of eval/exec */
-    unsigned loop_depth;
     jflow flow;
     bool time_fixed;
     int64_t now;

@@ -50,8 +50,15 @@ const char *jtok_op_text(jtok_op op)
     return op < OPT_COUNT ? op_text[op] : "?";
 }
 
+/* Tokens come in order, so the cursor only moves forward; an error about
+ * an earlier place (an unclosed tag) restarts it from the top. */
 static void position(lexer *lx, size_t pos, uint32_t *line, uint32_t *col)
 {
+    if (pos < lx->cursor_pos) {
+        lx->cursor_pos = 0;
+        lx->cursor_line = 1;
+        lx->cursor_col = 1;
+    }
     for (; lx->cursor_pos < pos; lx->cursor_pos++) {
         if (lx->src[lx->cursor_pos] == '\n') {
             lx->cursor_line++;

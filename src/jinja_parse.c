@@ -272,11 +272,14 @@ static hydra_status parse_call_args(parser *p, jargs *args)
     return st;
 }
 
+/* A call reports errors at its callee: "raise_exception(...)" at the name. */
 static hydra_status parse_call(parser *p, jnode **node)
 {
     jnode *n = node_new(p, N_CALL, cur(p));
     if (n == NULL)
         return nomem(p);
+    n->line = (*node)->line;
+    n->col = (*node)->col;
     n->call.callee = *node;
     *node = n;
     return parse_call_args(p, &n->call.args);
@@ -867,34 +870,42 @@ static hydra_status parse_target(parser *p, bool with_namespace, jtarget *target
     return HYDRA_OK;
 }
 
+/* if / elif... / else / endif.  Each elif becomes an N_IF in the
+ * previous branch's `otherwise`, built in a loop so a long elif chain
+ * costs no recursion. */
 static hydra_status parse_if(parser *p, const jtoken *at, jnode **out)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     static const char *const end_only[] = {"endif", NULL};
-    jnode *n = node_new(p, N_IF, at);
-    if (n == NULL)
-        return nomem(p);
-    *out = n;
-    hydra_status st = parse_tuple(p, false, false, false, &n->cond.test);
-    if (st == HYDRA_OK)
-        st = end_of_tag(p);
-    if (st == HYDRA_OK)
-        st = parse_body(p, ends, &n->cond.then);
-    if (st != HYDRA_OK)
-        return st;
-    const jtoken *tag = peek(p, 1);
-    if (is_name(tag, "elif")) {
-        advance(p);
-        advance(p);
-        return parse_if(p, tag, &n->cond.otherwise);
-    }
-    if (is_name(tag, "else")) {
-        advance(p);
-        advance(p);
-        if ((st = end_of_tag(p)) != HYDRA_OK || (st = parse_body(p, end_only, &n->cond.otherwise)) != HYDRA_OK)
+    jnode **slot = out;
+    for (;;) {
+        jnode *n = node_new(p, N_IF, at);
+        if (n == NULL)
+            return nomem(p);
+        *slot = n;
+        hydra_status st = parse_tuple(p, false, false, false, &n->cond.test);
+        if (st == HYDRA_OK)
+            st = end_of_tag(p);
+        if (st == HYDRA_OK)
+            st = parse_body(p, ends, &n->cond.then);
+        if (st != HYDRA_OK)
             return st;
+        const jtoken *tag = peek(p, 1);
+        if (is_name(tag, "elif")) {
+            advance(p);
+            advance(p);
+            at = tag;
+            slot = &n->cond.otherwise;
+            continue;
+        }
+        if (is_name(tag, "else")) {
+            advance(p);
+            advance(p);
+            if ((st = end_of_tag(p)) != HYDRA_OK || (st = parse_body(p, end_only, &n->cond.otherwise)) != HYDRA_OK)
+                return st;
+        }
+        return expect_end_tag(p, "endif");
     }
-    return expect_end_tag(p, "endif");
 }
 
 static hydra_status parse_for(parser *p, const jtoken *at, jnode **out)

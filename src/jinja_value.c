@@ -84,17 +84,21 @@ jlimits jlimits_default(void)
 
 /* --------------------------------------------------------------- strings */
 
-jstr *jstr_new(jarena *arena, const char *bytes, size_t len)
+jstr *jstr_alloc(jarena *arena, size_t len)
 {
     if (len > SIZE_MAX / 2)
         return NULL;
     jstr *s = jarena_alloc(arena, sizeof *s + len + 1);
-    if (s == NULL)
-        return NULL;
-    s->len = len;
-    if (len)
+    if (s)
+        s->len = len; /* the arena zeroes, so the text is NUL-terminated */
+    return s;
+}
+
+jstr *jstr_new(jarena *arena, const char *bytes, size_t len)
+{
+    jstr *s = jstr_alloc(arena, len);
+    if (s && len)
         memcpy(s->bytes, bytes, len);
-    s->bytes[len] = '\0';
     return s;
 }
 
@@ -102,9 +106,11 @@ jstr *jstr_cat(jarena *arena, const jstr *a, const jstr *b)
 {
     if (a->len > SIZE_MAX / 4 || b->len > SIZE_MAX / 4)
         return NULL;
-    jstr *s = jstr_new(arena, a->bytes, a->len + b->len);
-    if (s)
+    jstr *s = jstr_alloc(arena, a->len + b->len);
+    if (s) {
+        memcpy(s->bytes, a->bytes, a->len);
         memcpy(s->bytes + a->len, b->bytes, b->len);
+    }
     return s;
 }
 
