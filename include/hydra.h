@@ -277,15 +277,20 @@ HYDRA_API hydra_status hydra_tokenizer_load(const hydra_model *model);
  *   add_special    BOS first when tokenizer.ggml.add_bos_token says so
  *                  (absent: true for SentencePiece, false for BPE) and EOS
  *                  last when tokenizer.ggml.add_eos_token does (absent: false)
- *   parse_special  control, user-defined and unknown tokens written in the
- *                  text (e.g. "<|im_start|>") become their ids, the longest
- *                  at the leftmost place; when false, their text is plain text
- *                  and is tokenized like any other, so user input can never
- *                  forge one
+ *   parse_special  control and unknown tokens written in the text (e.g.
+ *                  "<|im_start|>") become their ids, the longest at the
+ *                  leftmost place; when false, their text is plain text and
+ *                  is tokenized like any other, so user input can never
+ *                  forge one.  User-defined tokens (added tokens that are not
+ *                  special: Qwen3's <think>, GPT-NeoX's runs of spaces) are
+ *                  recognised either way, as Hugging Face tokenizers and
+ *                  llama.cpp do and the reference vectors require
  * Any bytes are accepted.  Bytes that are not well-formed UTF-8 count as
  * U+FFFD for pre-tokenization and are encoded as their own byte tokens (BPE)
  * or byte-fallback tokens <0xNN> (SentencePiece), so decoding gives them
- * back unchanged. */
+ * back unchanged, except where a BPE vocabulary has no token for the byte
+ * (many lack C0, C1 and F5..FF, which UTF-8 never uses): U+FFFD's tokens
+ * stand in for it then. */
 HYDRA_API hydra_status hydra_tokenize(const hydra_model *model, const char *text, size_t len, bool add_special,
                                       bool parse_special, hydra_token *out, size_t capacity, size_t *n_tokens);
 

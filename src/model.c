@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "quant.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -280,6 +281,7 @@ HYDRA_API void hydra_model_close(hydra_model *m)
 {
     if (m == NULL)
         return;
+    tokenizer_free(m->tokenizer);
     if (m->parsed)
         gguf_free(&m->gguf);
     release_image(m);

@@ -20,6 +20,7 @@ struct hydra_model {
     uint64_t n_params;
     uint64_t n_bytes;
     uint64_t bytes_by_type[QT_COUNT];
+    struct hydra_tokenizer *tokenizer; /* built on first use by tokenizer.c; freed by close */
 };
 
 #endif
