@@ -391,7 +391,8 @@ typedef struct hydra_chat_params {
     size_t max_output;          /* bytes of rendered text (16 MiB) */
     size_t max_memory;          /* bytes of values alive during a render (256 MiB) */
     uint64_t max_steps;         /* loop iterations + macro calls + filtered items (10 million) */
-    unsigned max_depth;         /* nesting of the template and of calls (200) */
+    unsigned max_depth;         /* nesting of evaluation: blocks, expressions, macro
+                                   calls (200; loading a template always allows 200) */
 } hydra_chat_params;
 
 /* No generation prompt, no tokens, no tools, current time, default limits. */
@@ -399,7 +400,8 @@ HYDRA_API hydra_chat_params hydra_chat_default_params(void);
 
 /* Parses a template (NUL-terminated).  A syntax error, or a filter or test
  * hydra does not have, fails here with the line and column in
- * hydra_last_error(). */
+ * hydra_last_error().  A parsed template is read-only: several threads may
+ * apply it at once. */
 HYDRA_API hydra_status hydra_chat_template_new(const char *text, hydra_chat_template **out);
 
 /* NULL is allowed. */
