@@ -13,6 +13,8 @@ const simd_kernels *const simd_kernel_sets[] = {
     &simd_avx2,
     &simd_avxvnni,
     &simd_avx512,
+#elif defined(__aarch64__)
+    &simd_neon,
 #endif
     NULL, /* keeps the array non-empty on targets without a SIMD set */
 };

@@ -34,6 +34,8 @@ typedef struct simd_kernels {
 extern const simd_kernels simd_avx2;    /* vec_dot_avx2.c: AVX2 + FMA + F16C */
 extern const simd_kernels simd_avxvnni; /* vec_dot_avxvnni.c: + AVX-VNNI */
 extern const simd_kernels simd_avx512;  /* vec_dot_avx512.c: + AVX-512 F, BW, VL, VNNI */
+#elif defined(__aarch64__)
+extern const simd_kernels simd_neon;    /* vec_dot_neon.c: compiled, not yet run */
 #endif
 
 /* The sets compiled into this build, in ascending preference. */
