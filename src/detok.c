@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool tok_is_hidden(const hydra_tokenizer *tok, int32_t id)
+/* A token that is printed only when asked (control, unknown, unused). */
+static bool tok_is_hidden(const hydra_tokenizer *tok, int32_t id)
 {
     uint8_t type = tok->tokens[id].type;
     return type == TOKT_CONTROL || type == TOKT_UNKNOWN || type == TOKT_UNUSED;

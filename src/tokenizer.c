@@ -183,7 +183,8 @@ static hydra_status read_tokens(hydra_tokenizer *tok, const hydra_model *m)
 {
     const gguf_kv *kv = gguf_find_kv(&m->gguf, "tokenizer.ggml.tokens");
     if (kv == NULL)
-        return hydra_fail(HYDRA_ERR_NOT_FOUND, "tokenizer: the model has no vocabulary (tokenizer.ggml.tokens is absent)");
+        return hydra_fail(HYDRA_ERR_NOT_FOUND,
+                          "tokenizer: the model has no vocabulary (tokenizer.ggml.tokens is absent)");
     size_t n = (size_t)kv->value.arr.n;
     if (n == 0 || kv->value.arr.n > INT32_MAX)
         return hydra_fail(HYDRA_ERR_FORMAT, "tokenizer: tokenizer.ggml.tokens has %zu entries", n);
@@ -216,7 +217,8 @@ static hydra_status read_kind(hydra_tokenizer *tok, const hydra_model *m)
     const char *model_name;
     hydra_status st = hydra_model_get_str(m, "tokenizer.ggml.model", &model_name, NULL);
     if (st == HYDRA_ERR_NOT_FOUND)
-        return hydra_fail(HYDRA_ERR_NOT_FOUND, "tokenizer: the model has no tokenizer (tokenizer.ggml.model is absent)");
+        return hydra_fail(HYDRA_ERR_NOT_FOUND,
+                          "tokenizer: the model has no tokenizer (tokenizer.ggml.model is absent)");
     if (st != HYDRA_OK)
         return st;
     if (strcmp(model_name, "llama") == 0) {
@@ -285,7 +287,8 @@ static hydra_status collect_eog(hydra_tokenizer *tok, const hydra_model *m)
      * assistant turn with these). */
     static const char *const enders[] = {
         "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|endoftext|>",
-        "<|end_of_text|>", "<end_of_turn>", "<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<|end_of_text|>", "<end_of_turn>", "<EOT>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* <｜end▁of▁sentence｜> */
     };
     /* Harmony (gpt-oss) closes every message with <|end|> and the reply
      * with <|return|> or <|call|>. */

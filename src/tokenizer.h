@@ -121,7 +121,4 @@ hydra_status spm_encode(const hydra_tokenizer *tok, const char *text, size_t len
 /* Decoded pieces (detok.c). */
 hydra_status detok_prepare(hydra_tokenizer *tok);
 
-/* A token that is printed only when asked (control, unknown, unused). */
-bool tok_is_hidden(const hydra_tokenizer *tok, int32_t id);
-
 #endif
