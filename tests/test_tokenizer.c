@@ -7,6 +7,7 @@
 #include "hydra.h"
 #include "gguf_write.h"
 #include "test.h"
+#include "unicode.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -43,6 +44,74 @@ static const vocab_ref vocabs[] = {
     {"refact", 49216, 0, 0, false},
     {"mpt", 50432, 0, 0, false},
 };
+
+/* ------------------------------------------------------- Unicode tables */
+
+/* Facts from the Unicode Character Database 15.0 (UnicodeData.txt,
+ * PropList.txt, CaseFolding.txt), one per category the patterns tell apart. */
+TEST(tokenizer_unicode_tables_know_categories_spaces_and_folding)
+{
+    static const struct {
+        uint32_t cp;
+        ucat cat;
+        bool space;
+    } facts[] = {
+        {'A', UCAT_Lu, false},     {'z', UCAT_Ll, false},     {0x01C5, UCAT_Lt, false}, /* ǅ */
+        {0x02B0, UCAT_Lm, false},  {0x4E00, UCAT_Lo, false},  {0x0301, UCAT_Mn, false},
+        {0x17B6, UCAT_Mc, false},  {0x0488, UCAT_Me, false},  {0x0660, UCAT_Nd, false},
+        {0x2167, UCAT_Nl, false},  {0x00BD, UCAT_No, false},  {'_', UCAT_Pc, false},
+        {'-', UCAT_Pd, false},     {'(', UCAT_Ps, false},     {')', UCAT_Pe, false},
+        {0x00AB, UCAT_Pi, false},  {0x00BB, UCAT_Pf, false},  {'!', UCAT_Po, false},
+        {'+', UCAT_Sm, false},     {'$', UCAT_Sc, false},     {'^', UCAT_Sk, false},
+        {0x1F600, UCAT_So, false}, {' ', UCAT_Zs, true},      {0x3000, UCAT_Zs, true},
+        {0x2028, UCAT_Zl, true},   {0x2029, UCAT_Zp, true},   {'\n', UCAT_Cc, true},
+        {0x0085, UCAT_Cc, true},   {0x001C, UCAT_Cc, false},  {0x200B, UCAT_Cf, false},
+        {0xD800, UCAT_Cs, false},  {0xE000, UCAT_Co, false},  {0x0378, UCAT_Cn, false},
+        {0x10FFFF, UCAT_Cn, false}, {0x31350, UCAT_Lo, false}, /* CJK Extension H, new in 15.0 */
+    };
+    for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) {
+        if (unicode_category(facts[i].cp) != facts[i].cat || unicode_is_space(facts[i].cp) != facts[i].space)
+            FAIL("U+%04X: category %d space %d, want %d %d", (unsigned)facts[i].cp, (int)unicode_category(facts[i].cp),
+                 unicode_is_space(facts[i].cp), (int)facts[i].cat, facts[i].space);
+    }
+    CHECK_EQ_INT(unicode_fold('S'), 's');
+    CHECK_EQ_INT(unicode_fold(0x017F), 's'); /* ſ: why (?i:'s) matches 'ſ */
+    CHECK_EQ_INT(unicode_fold(0x212A), 'k'); /* Kelvin sign */
+    CHECK_EQ_INT(unicode_fold(0x0100), 0x0101);
+    CHECK_EQ_INT(unicode_fold(0x0101), 0x0101);
+    CHECK_EQ_INT(unicode_fold(0x10400), 0x10428);
+}
+
+TEST(tokenizer_utf8_decoding_survives_any_bytes)
+{
+    static const struct {
+        const char *bytes;
+        uint32_t cp;
+        size_t len;
+    } cases[] = {
+        {"A", 'A', 1},
+        {"\xc3\xa9", 0xE9, 2},
+        {"\xe2\x82\xac", 0x20AC, 3},
+        {"\xf0\x9f\x8e\x89", 0x1F389, 4},
+        {"\xc0\xaf", UNICODE_INVALID, 1},         /* overlong */
+        {"\xed\xa0\x80", UNICODE_INVALID, 1},     /* surrogate */
+        {"\xf4\x90\x80\x80", UNICODE_INVALID, 1}, /* past U+10FFFF */
+        {"\xe2\x82", UNICODE_INVALID, 1},         /* truncated */
+        {"\x80", UNICODE_INVALID, 1},             /* stray continuation */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t cp;
+        size_t len = utf8_decode((const uint8_t *)cases[i].bytes, strlen(cases[i].bytes), &cp);
+        if (cp != cases[i].cp || len != cases[i].len)
+            FAIL("case %zu: U+%X in %zu bytes, want U+%X in %zu", i, (unsigned)cp, len, (unsigned)cases[i].cp,
+                 cases[i].len);
+    }
+    CHECK_EQ_INT(utf8_incomplete_tail((const uint8_t *)"ab\xf0\x9f\x8e", 5), 3);
+    CHECK_EQ_INT(utf8_incomplete_tail((const uint8_t *)"ab\xf0\x9f\x8e\x89", 6), 0);
+    CHECK_EQ_INT(utf8_incomplete_tail((const uint8_t *)"ab\xc3", 3), 1);
+    CHECK_EQ_INT(utf8_incomplete_tail((const uint8_t *)"ab\xe0\x80", 4), 0); /* E0 80 can never complete */
+    CHECK_EQ_INT(utf8_incomplete_tail((const uint8_t *)"\x80\x80\x80", 3), 0);
+}
 
 /* ------------------------------------------------------------ helpers */
 
