@@ -12,8 +12,10 @@
  * (-p tokens, prefill) with -t threads.  The memory-read probe streams a
  * buffer of --probe-mib MiB with 32-byte loads into several independent
  * accumulators on -t threads (a plain summing loop measures the adder, not
- * the memory) and prints best and median; kernel rows show their median
- * against the probe's median.
+ * the memory) and prints best and median.  On a shared machine the load
+ * changes by the second, so every kernel repetition is paired with one
+ * probe pass run just before it: each row shows the probe's median over its
+ * own repetitions and the kernel's median as a share of it.
  *
  * Synthetic weights: 64 rows quantised by the reference quantiser, repeated
  * to fill -s MiB (speed does not depend on the values); the default 512 MiB
@@ -151,23 +153,27 @@ static void probe_task(void *ctx, int idx, int n_threads)
     atomic_fetch_xor(&job->sink, v);
 }
 
-static bool run_probe(thread_pool *pool, const options *o, stats *out)
+static double probe_pass(thread_pool *pool, probe_job *job)
 {
-    probe_job job = {.bytes = (size_t)o->probe_mib << 20};
-    uint8_t *buf = alloc_big(job.bytes);
+    double t0 = now_s();
+    pool_run(pool, probe_task, job);
+    return (double)job->bytes / (now_s() - t0) / 1e9;
+}
+
+/* Allocates and touches the probe buffer, then measures it on its own. */
+static bool setup_probe(thread_pool *pool, const options *o, probe_job *job, stats *out)
+{
+    job->bytes = (size_t)o->probe_mib << 20;
+    uint8_t *buf = alloc_big(job->bytes);
     if (buf == NULL)
         return false;
-    memset(buf, 1, job.bytes);
-    job.buf = buf;
+    memset(buf, 1, job->bytes);
+    job->buf = buf;
     double gbs[MAX_REPS];
     int reps = o->reps < 5 ? 5 : o->reps;
-    pool_run(pool, probe_task, &job); /* warm-up */
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        pool_run(pool, probe_task, &job);
-        gbs[r] = (double)job.bytes / (now_s() - t0) / 1e9;
-    }
-    free(buf);
+    probe_pass(pool, job); /* warm-up */
+    for (int r = 0; r < reps; r++)
+        gbs[r] = probe_pass(pool, job);
     *out = summarise(gbs, reps);
     return true;
 }
@@ -213,13 +219,21 @@ static bool make_acts(const weights *w, int tokens, act_buffers *ab)
     return true;
 }
 
-/* Times -r passes over every part; returns the GB/s samples' statistics and
- * the GFLOP/s of the median. */
-static void time_kernel(thread_pool *pool, const weights *w, int tokens, const options *o, act_buffers *ab,
-                        stats *gbs_out, stats *gflops_out)
+/* The statistics of one table row: the kernel's GB/s and GFLOP/s and the
+ * probe passes paired with its repetitions. */
+typedef struct row_stats {
+    stats gbs, gflops, probe;
+} row_stats;
+
+/* Times -r passes over every part, each after one probe pass on the
+ * -t-thread pool. */
+static void time_kernel(thread_pool *pool, thread_pool *probe_pool, probe_job *probe, const weights *w, int tokens,
+                        const options *o, act_buffers *ab, row_stats *out)
 {
-    double gbs[MAX_REPS], gflops[MAX_REPS];
+    double gbs[MAX_REPS], gflops[MAX_REPS], probe_gbs[MAX_REPS];
     for (int r = -1; r < o->reps; r++) { /* r = -1: warm-up */
+        if (r >= 0)
+            probe_gbs[r] = probe_pass(probe_pool, probe);
         double t0 = now_s();
         for (int i = 0; i < w->n_parts; i++) {
             const quant_traits *t = quant_traits_of(w->type);
@@ -236,37 +250,37 @@ static void time_kernel(thread_pool *pool, const weights *w, int tokens, const o
             gflops[r] = 2.0 * (double)w->weights_total * tokens / dt / 1e9;
         }
     }
-    *gbs_out = summarise(gbs, o->reps);
-    *gflops_out = summarise(gflops, o->reps);
+    out->gbs = summarise(gbs, o->reps);
+    out->gflops = summarise(gflops, o->reps);
+    out->probe = summarise(probe_gbs, o->reps);
 }
 
-static void print_row(const char *type, const char *test, int threads, const weights *w, const stats *gbs,
-                      const stats *gflops, const stats *probe)
+static void print_row(const char *type, const char *test, int threads, const weights *w, const row_stats *rs)
 {
-    printf("| %-7s | %-10s | %2d | %8.1f | %6.2f ± %5.2f | %7.2f ± %6.2f | %5.1f%% |\n", type, test, threads,
-           (double)w->bytes / (1 << 20), gbs->mean, gbs->sd, gflops->mean, gflops->sd,
-           100.0 * gbs->median / probe->median);
+    printf("| %-7s | %-10s | %2d | %8.1f | %6.2f ± %5.2f | %6.2f | %7.2f ± %6.2f | %6.2f | %5.1f%% |\n", type, test,
+           threads, (double)w->bytes / (1 << 20), rs->gbs.mean, rs->gbs.sd, rs->gbs.median, rs->gflops.mean,
+           rs->gflops.sd, rs->probe.median, 100.0 * rs->gbs.median / rs->probe.median);
     fflush(stdout);
 }
 
-static void run_type(thread_pool *one, thread_pool *all, const weights *w, const options *o, const stats *probe)
+static void run_type(thread_pool *one, thread_pool *all, probe_job *probe, const weights *w, const options *o)
 {
     act_buffers ab = {0};
     const char *name = quant_traits_of(w->type)->name;
     if (!make_acts(w, o->tokens, &ab)) {
         fprintf(stderr, "hydra-bench: %s: out of memory for activations\n", name);
     } else {
-        stats gbs, gflops;
+        row_stats rs;
         char test[32];
-        time_kernel(one, w, 1, o, &ab, &gbs, &gflops);
-        print_row(name, "matvec", 1, w, &gbs, &gflops, probe);
+        time_kernel(one, all, probe, w, 1, o, &ab, &rs);
+        print_row(name, "matvec", 1, w, &rs);
         if (o->threads > 1) {
-            time_kernel(all, w, 1, o, &ab, &gbs, &gflops);
-            print_row(name, "matvec", o->threads, w, &gbs, &gflops, probe);
+            time_kernel(all, all, probe, w, 1, o, &ab, &rs);
+            print_row(name, "matvec", o->threads, w, &rs);
         }
         snprintf(test, sizeof test, "matmul p%d", o->tokens);
-        time_kernel(all, w, o->tokens, o, &ab, &gbs, &gflops);
-        print_row(name, test, o->threads, w, &gbs, &gflops, probe);
+        time_kernel(all, all, probe, w, o->tokens, o, &ab, &rs);
+        print_row(name, test, o->threads, w, &rs);
     }
     free(ab.x_q);
     free(ab.y);
@@ -309,7 +323,7 @@ static uint8_t *synth_matrix(uint32_t type, const options *o, weights *w)
     return data;
 }
 
-static int run_synthetic(thread_pool *one, thread_pool *all, const options *o, const stats *probe)
+static int run_synthetic(thread_pool *one, thread_pool *all, probe_job *probe, const options *o)
 {
     for (uint32_t type = 0; type < QT_COUNT; type++) {
         if (!o->want[type])
@@ -323,14 +337,14 @@ static int run_synthetic(thread_pool *one, thread_pool *all, const options *o, c
                     quant_traits_of(type)->name, (long long)o->size_mib, (long long)o->n);
             return 1;
         }
-        run_type(one, all, &w, o, probe);
+        run_type(one, all, probe, &w, o);
         free(data);
     }
     return 0;
 }
 
 /* A model's tensors of each type, each 2-D+ tensor as ne[0]-long rows. */
-static int run_model(thread_pool *one, thread_pool *all, const options *o, const stats *probe)
+static int run_model(thread_pool *one, thread_pool *all, probe_job *probe, const options *o)
 {
     hydra_model_params mp = hydra_model_default_params();
     mp.path = o->model;
@@ -360,7 +374,7 @@ static int run_model(thread_pool *one, thread_pool *all, const options *o, const
             w.n_parts++;
         }
         if (w.n_parts > 0)
-            run_type(one, all, &w, o, probe);
+            run_type(one, all, probe, &w, o);
     }
     free(data);
     free(rows);
@@ -472,7 +486,8 @@ int main(int argc, char **argv)
     char features[256];
     cpu_features_describe(cpu_features_get(), features, sizeof features);
     stats probe;
-    if (!run_probe(all, &o, &probe)) {
+    probe_job job = {0};
+    if (!setup_probe(all, &o, &job, &probe)) {
         fprintf(stderr, "hydra-bench: cannot allocate the %lld MiB probe buffer\n", (long long)o.probe_mib);
         pool_destroy(all);
         return 1;
@@ -481,9 +496,12 @@ int main(int argc, char **argv)
     printf("memory read probe (%d threads, %lld MiB, 32-byte loads, 8 accumulators): best %.2f GB/s, median "
            "%.2f GB/s, mean %.2f ± %.2f\n\n",
            o.threads, (long long)o.probe_mib, probe.best, probe.median, probe.mean, probe.sd);
-    printf("| type    | test       |  t | size MiB |      GB/s      |     GFLOP/s      | of probe |\n");
-    printf("| ------- | ---------- | -: | -------: | -------------: | ---------------: | -------: |\n");
-    rc = o.model ? run_model(one, all, &o, &probe) : run_synthetic(one, all, &o, &probe);
+    printf("GB/s: weight bytes read per second, mean ± sd and median; probe: median of the probe passes run\n"
+           "before each repetition of the row; of probe: median GB/s / probe median.\n\n");
+    printf("| type    | test       |  t | size MiB |      GB/s      | median | GFLOP/s          |  probe | of probe |\n");
+    printf("| ------- | ---------- | -: | -------: | -------------: | -----: | ---------------: | -----: | -------: |\n");
+    rc = o.model ? run_model(one, all, &job, &o) : run_synthetic(one, all, &job, &o);
+    free((void *)job.buf);
     pool_destroy(all);
     return rc;
 }
