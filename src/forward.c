@@ -86,7 +86,10 @@ hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, i
     f->att = alloc_floats(nb * hp->n_head * hp->head_dim_v, &ok);
     f->sub = alloc_floats(nb * hp->n_embd, &ok);
     f->rope = alloc_floats(nb * hp->n_rot, &ok);
-    f->scores = alloc_floats((size_t)n_threads * (size_t)n_ctx, &ok);
+    f->kern = op_kernels_best();
+    f->scores_per_thread = op_attention_scratch((int)(hp->n_head / hp->n_head_kv), n_ctx, (int)hp->head_dim_k,
+                                                (int)hp->head_dim_v);
+    f->scores = alloc_floats((size_t)n_threads * f->scores_per_thread, &ok);
     f->router = alloc_floats(nb * hp->n_expert, &ok);
     f->shexp_gate = alloc_floats(nb, &ok);
     f->routes = malloc(sizeof(moe_route) * (nb * hp->n_expert_used + 1));
@@ -175,16 +178,20 @@ static void prepare_heads(float *row, int n_heads, int head_dim, const wtensor *
 typedef struct attn_job {
     const arch_hparams *hp;
     const kv_cache *kv;
+    const op_kernels *kern;
     const uint8_t *k_layer, *v_layer;
     const float *q;
     float *att;
-    float *scores;
+    float *scratch;
+    size_t scratch_per_thread;
     int64_t pos0, n;
     _Atomic int64_t next;
 } attn_job;
 
-/* Work items are (row, head) pairs, claimed one at a time: later rows see
- * more positions, so a static split would leave threads idle. */
+/* Work items are (row, KV head) pairs, claimed one at a time: later rows
+ * see more positions, so a static split would leave threads idle.  Each
+ * item serves the query heads of its KV head together, so a cache row is
+ * read once for all of them. */
 static void attn_task(void *ctx, int thread_idx, int n_threads)
 {
     (void)n_threads;
@@ -192,12 +199,12 @@ static void attn_task(void *ctx, int thread_idx, int n_threads)
     const arch_hparams *hp = job->hp;
     const int group = (int)(hp->n_head / hp->n_head_kv);
     const size_t es = op_kv_elem_size(job->kv->type);
-    float *scores = job->scores + (size_t)thread_idx * (size_t)job->kv->n_ctx;
-    const int64_t items = job->n * hp->n_head;
+    float *scratch = job->scratch + (size_t)thread_idx * job->scratch_per_thread;
+    const int64_t items = job->n * hp->n_head_kv;
     for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < items;) {
-        const int64_t t = i / hp->n_head;
-        const int h = (int)(i % hp->n_head), g = h / group;
-        const attn_head_args a = {
+        const int64_t t = i / hp->n_head_kv;
+        const int g = (int)(i % hp->n_head_kv);
+        const attn_args a = {
             .head_dim_k = (int)hp->head_dim_k,
             .head_dim_v = (int)hp->head_dim_v,
             .scale = 1.0f / sqrtf((float)hp->head_dim_k),
@@ -208,8 +215,9 @@ static void attn_task(void *ctx, int thread_idx, int n_threads)
             .v_stride = job->kv->v_row_bytes,
             .n_kv = job->pos0 + t + 1,
         };
-        op_attention_head(job->q + ((size_t)t * hp->n_head + h) * hp->head_dim_k, &a, scores,
-                          job->att + ((size_t)t * hp->n_head + h) * hp->head_dim_v);
+        const size_t head0 = (size_t)t * hp->n_head + (size_t)g * group;
+        op_attention_group(job->kern, job->q + head0 * hp->head_dim_k, group, &a, scratch,
+                           job->att + head0 * hp->head_dim_v);
     }
 }
 
@@ -233,12 +241,13 @@ static void attention(const model_weights *w, int l, thread_pool *pool, kv_cache
                       (int)hp->n_rot, w->arch->rope);
         prepare_heads(f->k + t * dk, (int)hp->n_head_kv, (int)hp->head_dim_k, &lw->w[W_ATTN_K_NORM], hp->norm_eps,
                       cs, (int)hp->n_rot, w->arch->rope);
-        op_kv_store(k_layer + (size_t)(pos0 + t) * kv->k_row_bytes, kv->type, f->k + t * dk, dk);
-        op_kv_store(v_layer + (size_t)(pos0 + t) * kv->v_row_bytes, kv->type, f->v + t * dv, dv);
+        op_kv_store(f->kern, k_layer + (size_t)(pos0 + t) * kv->k_row_bytes, kv->type, f->k + t * dk, (int)dk);
+        op_kv_store(f->kern, v_layer + (size_t)(pos0 + t) * kv->v_row_bytes, kv->type, f->v + t * dv, (int)dv);
     }
 
-    attn_job job = {.hp = hp, .kv = kv, .k_layer = k_layer, .v_layer = v_layer, .q = f->q, .att = f->att,
-                    .scores = f->scores, .pos0 = pos0, .n = n};
+    attn_job job = {.hp = hp, .kv = kv, .kern = f->kern, .k_layer = k_layer, .v_layer = v_layer, .q = f->q,
+                    .att = f->att, .scratch = f->scores, .scratch_per_thread = f->scores_per_thread, .pos0 = pos0,
+                    .n = n};
     atomic_init(&job.next, 0);
     pool_run(pool, attn_task, &job);
 

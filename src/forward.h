@@ -7,6 +7,7 @@
 #ifndef HYDRA_FORWARD_H
 #define HYDRA_FORWARD_H
 
+#include "../kernels/cpu/ops.h"
 #include "act.h"
 #include "moe.h"
 #include "threads.h"
@@ -36,7 +37,9 @@ typedef struct fwd_scratch {
     float *att;        /* attention output, n_head * head_dim_v per row */
     float *sub;        /* a sublayer's output before the residual add */
     float *rope;       /* cos/sin per row: n_batch x n_rot */
-    float *scores;     /* attention scratch: n_threads x n_ctx */
+    const op_kernels *kern; /* attention's row primitives for this CPU */
+    float *scores;     /* attention scratch: n_threads x scores_per_thread */
+    size_t scores_per_thread;
     float *router;     /* n_batch x n_expert router logits */
     float *shexp_gate; /* n_batch */
     moe_route *routes; /* n_batch x n_expert_used */

@@ -6,10 +6,12 @@
  */
 #include "ops.h"
 
+#include "cpu_features.h"
 #include "fp16.h"
 #include "quant.h"
 
 #include <math.h>
+#include <string.h>
 
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
@@ -82,89 +84,103 @@ void op_axpy(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
-/* --- KV cache rows: one entry per storable type. */
+/* --- attention */
 
-typedef float (*kv_dot_fn)(const void *row, const float *q, int n);
-typedef void (*kv_axpy_fn)(float *out, float a, const void *row, int n);
-
-static float dot_f32(const void *row, const float *q, int n)
+static float dot_scalar(const float *a, const float *b, int n)
 {
-    const float *k = row;
     float sum = 0.0f;
     for (int i = 0; i < n; i++)
-        sum += k[i] * q[i];
+        sum += a[i] * b[i];
     return sum;
 }
 
-static float dot_f16(const void *row, const float *q, int n)
+static void axpy_scalar(float *y, float a, const float *x, int n)
 {
-    const uint16_t *k = row;
-    float sum = 0.0f;
+    op_axpy(y, a, x, n);
+}
+
+static void f16_to_f32_scalar(const uint16_t *src, float *dst, int n)
+{
     for (int i = 0; i < n; i++)
-        sum += fp16_to_fp32(k[i]) * q[i];
-    return sum;
+        dst[i] = fp16_to_fp32(src[i]);
 }
 
-static void axpy_f32(float *out, float a, const void *row, int n)
+static void f32_to_f16_scalar(const float *src, uint16_t *dst, int n)
 {
-    op_axpy(out, a, row, n);
-}
-
-static void axpy_f16(float *out, float a, const void *row, int n)
-{
-    const uint16_t *v = row;
     for (int i = 0; i < n; i++)
-        out[i] += a * fp16_to_fp32(v[i]);
+        dst[i] = fp32_to_fp16(src[i]);
 }
 
-typedef struct kv_kind {
-    uint32_t type;
-    size_t elem_size;
-    kv_dot_fn dot;
-    kv_axpy_fn axpy;
-} kv_kind;
-
-static const kv_kind kv_kinds[] = {
-    {QT_F32, 4, dot_f32, axpy_f32},
-    {QT_F16, 2, dot_f16, axpy_f16},
+const op_kernels op_kernels_scalar = {
+    .isa = "scalar",
+    .dot = dot_scalar,
+    .axpy = axpy_scalar,
+    .f16_to_f32 = f16_to_f32_scalar,
+    .f32_to_f16 = f32_to_f16_scalar,
 };
 
-static const kv_kind *kv_kind_of(uint32_t type)
+const op_kernels *op_kernels_best(void)
 {
-    for (size_t i = 0; i < sizeof kv_kinds / sizeof kv_kinds[0]; i++)
-        if (kv_kinds[i].type == type)
-            return &kv_kinds[i];
-    return NULL;
+#if defined(__x86_64__)
+    const cpu_features *f = cpu_features_get();
+    if (f->avx2 && f->fma && f->f16c)
+        return &op_kernels_avx2;
+#endif
+    return &op_kernels_scalar;
 }
 
 size_t op_kv_elem_size(uint32_t kv_type)
 {
-    const kv_kind *k = kv_kind_of(kv_type);
-    return k ? k->elem_size : 0;
+    return kv_type == QT_F32 ? 4 : kv_type == QT_F16 ? 2 : 0;
 }
 
-void op_kv_store(void *dst, uint32_t kv_type, const float *src, int64_t n)
+void op_kv_store(const op_kernels *kern, void *dst, uint32_t kv_type, const float *src, int n)
 {
-    if (kv_type == QT_F32) {
-        float *d = dst;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = src[i];
-        return;
-    }
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = fp32_to_fp16(src[i]);
+    if (kv_type == QT_F32)
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+    else
+        kern->f32_to_f16(src, dst, n);
 }
 
-void op_attention_head(const float *q, const attn_head_args *a, float *scores, float *out)
+/* A cache row as floats: F32 rows are read in place, F16 rows converted
+ * into buf. */
+static const float *row_f32(const op_kernels *kern, uint32_t kv_type, const uint8_t *row, int n, float *buf)
 {
-    const kv_kind *kind = kv_kind_of(a->kv_type);
+    if (kv_type == QT_F32)
+        return (const float *)row;
+    kern->f16_to_f32((const uint16_t *)row, buf, n);
+    return buf;
+}
+
+static int max_int(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+size_t op_attention_scratch(int n_q, int64_t n_kv, int head_dim_k, int head_dim_v)
+{
+    return (size_t)max_int(head_dim_k, head_dim_v) + (size_t)n_q * (size_t)n_kv;
+}
+
+void op_attention_group(const op_kernels *kern, const float *q, int n_q, const attn_args *a, float *scratch,
+                        float *out)
+{
+    const int dk = a->head_dim_k, dv = a->head_dim_v;
+    const int64_t n_kv = a->n_kv;
+    float *row = scratch;
+    float *scores = scratch + max_int(dk, dv); /* n_q rows of n_kv */
     const uint8_t *k = a->k, *v = a->v;
-    for (int64_t j = 0; j < a->n_kv; j++)
-        scores[j] = a->scale * kind->dot(k + (size_t)j * a->k_stride, q, a->head_dim_k);
-    op_softmax(scores, a->n_kv);
-    for (int i = 0; i < a->head_dim_v; i++)
-        out[i] = 0.0f;
-    for (int64_t j = 0; j < a->n_kv; j++)
-        kind->axpy(out, scores[j], v + (size_t)j * a->v_stride, a->head_dim_v);
+    for (int64_t j = 0; j < n_kv; j++) {
+        const float *kj = row_f32(kern, a->kv_type, k + (size_t)j * a->k_stride, dk, row);
+        for (int h = 0; h < n_q; h++)
+            scores[h * n_kv + j] = a->scale * kern->dot(q + (size_t)h * dk, kj, dk);
+    }
+    for (int h = 0; h < n_q; h++)
+        op_softmax(scores + h * n_kv, n_kv);
+    memset(out, 0, sizeof(float) * (size_t)n_q * (size_t)dv);
+    for (int64_t j = 0; j < n_kv; j++) {
+        const float *vj = row_f32(kern, a->kv_type, v + (size_t)j * a->v_stride, dv, row);
+        for (int h = 0; h < n_q; h++)
+            kern->axpy(out + (size_t)h * dv, scores[h * n_kv + j], vj, dv);
+    }
 }

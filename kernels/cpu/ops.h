@@ -1,9 +1,9 @@
 /*
  * ops.h — the element-wise and per-row operations of the forward pass:
- * RMSNorm, RoPE (both pairings), softmax, SiLU/SwiGLU, and attention of one
- * query head over a KV cache (GQA: the caller picks the KV head).  Each is
- * scalar C that defines the result; faster paths must match it
- * (tests/test_ops.c holds the parity tests).
+ * RMSNorm, RoPE (both pairings), softmax, SiLU/SwiGLU, and attention of the
+ * query heads of one KV head over a KV cache (GQA).  Each is scalar C that
+ * defines the result; attention's row primitives also have SIMD versions
+ * (ops_avx2.c) that must match the scalar ones (tests/test_ops.c).
  */
 #ifndef HYDRA_OPS_H
 #define HYDRA_OPS_H
@@ -42,11 +42,29 @@ void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += a * x[i] */
 void op_axpy(float *y, float a, const float *x, int64_t n);
 
-/* One query head against the cache rows of its KV head, positions
- * [0, n_kv): out = softmax(scale * q.K^T) V.  K and V rows are stored in
- * kv_type (QT_F32 or QT_F16), stride bytes apart, already offset to the
- * KV head.  scores holds n_kv floats of scratch. */
-typedef struct attn_head_args {
+/* Row primitives attention is built from, one table per instruction set:
+ * op_kernels_scalar defines the results, op_kernels_best() is the fastest
+ * table this CPU runs (chosen by the caller once, at setup). */
+typedef struct op_kernels {
+    const char *isa;
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a x */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int n);
+} op_kernels;
+
+extern const op_kernels op_kernels_scalar;
+#if defined(__x86_64__)
+extern const op_kernels op_kernels_avx2; /* AVX2 + FMA + F16C */
+#endif
+const op_kernels *op_kernels_best(void);
+
+/* The n_q query heads that share one KV head (GQA), each against the cache
+ * rows of positions [0, n_kv): out_h = softmax(scale * q_h . K^T) V.  K and
+ * V rows are stored in kv_type (QT_F32 or QT_F16), stride bytes apart,
+ * already offset to the KV head; each cache row is converted once and
+ * serves all n_q heads. */
+typedef struct attn_args {
     int head_dim_k, head_dim_v;
     float scale;
     uint32_t kv_type;
@@ -55,14 +73,20 @@ typedef struct attn_head_args {
     const void *v;
     size_t v_stride;
     int64_t n_kv;
-} attn_head_args;
+} attn_args;
 
-void op_attention_head(const float *q, const attn_head_args *a, float *scores, float *out);
+/* Floats of scratch op_attention_group needs. */
+size_t op_attention_scratch(int n_q, int64_t n_kv, int head_dim_k, int head_dim_v);
+
+/* q: n_q heads of head_dim_k floats, consecutive; out: n_q heads of
+ * head_dim_v floats, consecutive. */
+void op_attention_group(const op_kernels *kern, const float *q, int n_q, const attn_args *a, float *scratch,
+                        float *out);
 
 /* Bytes of one cache element of kv_type, 0 for a type the cache cannot hold. */
 size_t op_kv_elem_size(uint32_t kv_type);
 
 /* Stores n floats into a cache row of kv_type. */
-void op_kv_store(void *dst, uint32_t kv_type, const float *src, int64_t n);
+void op_kv_store(const op_kernels *kern, void *dst, uint32_t kv_type, const float *src, int n);
 
 #endif
