@@ -440,6 +440,70 @@ HYDRA_API hydra_status hydra_chat_model_template(const hydra_model *model, const
  * model has none).  The strings belong to the model. */
 HYDRA_API void hydra_chat_model_tokens(const hydra_model *model, hydra_chat_params *params);
 
+/* ---------------------------------------------------------------- sampler */
+
+/* Chooses the next token from a position's logits, in llama.cpp's order:
+ *   1. penalties    over the last penalty_last_n accepted tokens: a token
+ *                   seen c > 0 times has its logit divided by
+ *                   repeat_penalty when positive, multiplied when not, then
+ *                   lowered by c x frequency_penalty + presence_penalty
+ *   2. top-k        keep the top_k largest logits
+ *   3. top-p        keep the shortest most-probable-first run whose
+ *                   probabilities (softmax over what step 2 kept) sum to at
+ *                   least top_p
+ *   4. min-p        keep tokens whose probability is at least min_p times
+ *                   the largest
+ *   5. temperature  divide the kept logits by temperature
+ *   6. draw         one token from their softmax, with the sampler's own
+ *                   random stream (xoshiro256** seeded from seed)
+ * temperature <= 0 is greedy: after step 1, the largest logit.  Wherever
+ * logits are equal the lower id ranks first, so greedy and top-k 1 give the
+ * first maximum.  Every step keeps at least one token; NaN logits count as
+ * -infinity.  Same params, same seed, same logits: same tokens.  The
+ * buffers are sized at creation from n_vocab; sampling allocates nothing. */
+typedef struct hydra_sampler hydra_sampler;
+
+typedef struct hydra_sampler_params {
+    float temperature;       /* 0.8; <= 0: greedy */
+    int32_t top_k;           /* 40; <= 0: off */
+    float top_p;             /* 0.95, in [0, 1]; 1: off */
+    float min_p;             /* 0.05, in [0, 1]; 0: off */
+    float repeat_penalty;    /* 1 (off); > 0 */
+    float presence_penalty;  /* 0 (off) */
+    float frequency_penalty; /* 0 (off) */
+    int32_t penalty_last_n;  /* 64: the window of the penalties; 0: no penalties */
+    uint64_t seed;           /* 0 */
+} hydra_sampler_params;
+
+/* The defaults above (llama.cpp's). */
+HYDRA_API hydra_sampler_params hydra_sampler_default_params(void);
+
+/* A sampler for logits of n_vocab entries; HYDRA_ERR_INVALID_ARG, naming
+ * the field, for a parameter outside its range. */
+HYDRA_API hydra_status hydra_sampler_new(const hydra_sampler_params *params, int32_t n_vocab, hydra_sampler **out);
+
+/* NULL is allowed. */
+HYDRA_API void hydra_sampler_free(hydra_sampler *sampler);
+
+/* Chooses a token from logits[0, n_vocab) and accepts it (adds it to the
+ * penalty window).  HYDRA_ERR_RANGE when no logit is finite. */
+HYDRA_API hydra_status hydra_sampler_sample(hydra_sampler *sampler, const float *logits, hydra_token *out);
+
+/* Adds a token the sampler did not choose (the prompt's, the user's) to the
+ * penalty window.  HYDRA_ERR_INVALID_ARG for an id outside [0, n_vocab). */
+HYDRA_API hydra_status hydra_sampler_accept(hydra_sampler *sampler, hydra_token token);
+
+/* Empties the penalty window and restarts the random stream from the seed. */
+HYDRA_API void hydra_sampler_reset(hydra_sampler *sampler);
+
+/* The distribution the draw would use for these logits: the tokens steps
+ * 1-5 keep, most probable first, and their probabilities (greedy: the one
+ * token, probability 1).  Neither accepts a token nor advances the random
+ * stream.  ids and probs have room for capacity entries; when the tokens
+ * do not fit, HYDRA_ERR_RANGE with *n the number needed. */
+HYDRA_API hydra_status hydra_sampler_candidates(hydra_sampler *sampler, const float *logits, hydra_token *ids,
+                                                float *probs, size_t capacity, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif
