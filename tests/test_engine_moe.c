@@ -2,8 +2,9 @@
  * The MoE steps (src/moe.h) on their own: gating and top-k on crafted
  * logits (ties, renormalisation, scale, sigmoid), and the expert
  * computation against a double-precision re-computation from dequantised
- * weights — over all routes, over a split of them (the hybrid's partial
- * sums), and with the routes in another order.
+ * weights — over all routes (grouped by expert), over one token's routes
+ * (the decode path), over a split of them (the hybrid's partial sums), and
+ * with the routes in another order.
  */
 #include "hydra.h"
 #include "moe.h"
@@ -183,6 +184,11 @@ TEST(engine_moe_experts_match_double_reference_over_any_split_of_routes)
     for (int i = 0; i < n_routes; i++)
         rev[i] = f->routes[n_routes - 1 - i];
     moe_experts(f->pool, &f->s, lw, &f->x_act, rev, n_routes, reversed, 64);
+    /* one token's routes: the decode path (every expert has one token) */
+    double want_one[N_TOK * 64] = {0};
+    float one[N_TOK * 64] = {0};
+    reference_experts(lw, f->x, f->routes + 2, 2, want_one);
+    moe_experts(f->pool, &f->s, lw, &f->x_act, f->routes + 2, 2, one, 64);
     int distinct_experts = 0;
     for (int e = 0; e < 8; e++)
         for (int i = 0; i < n_routes; i++)
@@ -195,6 +201,7 @@ TEST(engine_moe_experts_match_double_reference_over_any_split_of_routes)
     double worst = 0, worst_split = 0;
     for (int i = 0; i < N_TOK * 64; i++) {
         worst = fmax(worst, fabs(all[i] - want[i]));
+        worst = fmax(worst, fabs(one[i] - want_one[i]));
         worst_split = fmax(worst_split, fabs(split[i] - all[i]));
         if (reversed[i] != all[i])
             FAIL("route order changed out[%d]: %g vs %g", i, reversed[i], all[i]);
