@@ -149,11 +149,10 @@ typedef struct jbuf {
 
 bool jbuf_put(jbuf *buf, const char *bytes, size_t len);
 bool jbuf_puts(jbuf *buf, const char *text);
-bool jbuf_printf(jbuf *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* str(v) and repr(v) appended to buf; false when buf hits its limit. */
+/* str(v) appended to buf (repr() for containers, as Python); false when
+ * buf hits its limit. */
 bool jv_write_str(jbuf *buf, jv v);
-bool jv_write_repr(jbuf *buf, jv v);
 /* Python's float repr: shortest round trip, "1.0", "1e+16", "inf", "nan". */
 void py_float_repr(double f, char out[32]);
 

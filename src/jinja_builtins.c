@@ -80,7 +80,8 @@ hydra_status jbuiltin_call(jctx *ctx, const jbuiltin *b, jv self, const jv *args
     return b->fn(ctx, self, slots, out);
 }
 
-hydra_status jtest_apply(jctx *ctx, const jbuiltin *test, jv value, const jv *args, size_t n_args, bool *out)
+/* A test applied to a value, for select/reject. */
+static hydra_status jtest_apply(jctx *ctx, const jbuiltin *test, jv value, const jv *args, size_t n_args, bool *out)
 {
     jv result;
     hydra_status st = jbuiltin_call(ctx, test, value, args, n_args, NULL, NULL, 0, &result);

@@ -892,8 +892,8 @@ static hydra_status call_macro(jctx *ctx, const jcallable *fn, const jv *args, s
     return capture(ctx, fn->macro->macro.body, scope, out);
 }
 
-hydra_status jeval_call_value(jctx *ctx, jv callee, const jv *args, size_t n_args, const jstr **kw_names,
-                              const jv *kw_values, size_t n_kw, jv *out)
+static hydra_status call_value(jctx *ctx, jv callee, const jv *args, size_t n_args, const jstr **kw_names,
+                               const jv *kw_values, size_t n_kw, jv *out)
 {
     if (callee.kind == JV_UNDEFINED)
         return undefined_error(ctx, callee);
@@ -929,7 +929,7 @@ static hydra_status eval_call(jctx *ctx, const jnode *n, jv *out)
     if (method)
         return jbuiltin_call(ctx, method, object, args.positional, args.n_positional, n->call.args.kw_names,
                              args.kw_values, n->call.args.kw_values.len, out);
-    return jeval_call_value(ctx, callee, args.positional, args.n_positional, n->call.args.kw_names,
+    return call_value(ctx, callee, args.positional, args.n_positional, n->call.args.kw_names,
                             args.kw_values, n->call.args.kw_values.len, out);
 }
 
@@ -1340,7 +1340,6 @@ hydra_status jinja_render(jrender *render, const jtemplate *tmpl, char **out, si
     jctx ctx = {
         .arena = &render->arena,
         .limits = render->limits,
-        .globals = render->globals,
         .scope = render->globals,
         .out = &buf,
         .time_fixed = render->time_fixed,

@@ -159,8 +159,7 @@ typedef enum jflow { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE } jflow;
 typedef struct jctx {
     jarena *arena;
     jlimits limits;
-    jscope *globals; /* render arguments */
-    jscope *scope;   /* innermost scope */
+    jscope *scope;   /* innermost scope; the outermost holds the render arguments */
     jbuf *out;       /* where output goes (a macro call captures its own) */
     const jnode *at; /* node under evaluation, for messages */
     uint64_t steps;
@@ -192,9 +191,6 @@ hydra_status jeval_arith(jctx *ctx, jop op, jv a, jv b, jv *out);
  * characters; undefined is empty.  *out may be the value's own list. */
 hydra_status jeval_iterate(jctx *ctx, jv value, jlist **out);
 hydra_status jeval_to_str(jctx *ctx, jv value, jv *out);
-/* Calls a callable value (macro, function, method) with bound values. */
-hydra_status jeval_call_value(jctx *ctx, jv callee, const jv *args, size_t n_args,
-                              const jstr **kw_names, const jv *kw_values, size_t n_kw, jv *out);
 
 /* String and dict helpers the filters share with the methods. */
 hydra_status jstr_strip(jctx *ctx, jv value, jv chars, bool left, bool right, jv *out);
@@ -233,8 +229,5 @@ bool jmethod_is_unsafe(jkind kind, const char *name, size_t len);
 /* Binds positional and keyword values to a built-in's parameters and calls it. */
 hydra_status jbuiltin_call(jctx *ctx, const jbuiltin *builtin, jv self, const jv *args, size_t n_args,
                            const jstr **kw_names, const jv *kw_values, size_t n_kw, jv *out);
-
-/* Applies a test to a value (for select/reject and `is`). */
-hydra_status jtest_apply(jctx *ctx, const jbuiltin *test, jv value, const jv *args, size_t n_args, bool *out);
 
 #endif

@@ -533,7 +533,8 @@ bool jbuf_puts(jbuf *buf, const char *text)
     return jbuf_put(buf, text, strlen(text));
 }
 
-bool jbuf_printf(jbuf *buf, const char *fmt, ...)
+static bool jbuf_printf(jbuf *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool jbuf_printf(jbuf *buf, const char *fmt, ...)
 {
     char tmp[128];
     va_list ap;
@@ -715,11 +716,6 @@ static bool write_repr_depth(jbuf *buf, jv v, unsigned depth)
     }
 }
 
-bool jv_write_repr(jbuf *buf, jv v)
-{
-    return write_repr_depth(buf, v, 0);
-}
-
 bool jv_write_str(jbuf *buf, jv v)
 {
     switch (v.kind) {
@@ -728,7 +724,7 @@ bool jv_write_str(jbuf *buf, jv v)
     case JV_LIST:
     case JV_DICT:
     case JV_NAMESPACE:
-        return jv_write_repr(buf, v);
+        return write_repr_depth(buf, v, 0);
     default:
         return write_scalar(buf, v);
     }

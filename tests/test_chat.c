@@ -9,6 +9,7 @@
 #include "test.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -859,4 +860,60 @@ TEST(chat_model_template_and_tokens)
     CHECK_EQ_INT(hydra_chat_model_template(model, NULL, &text), HYDRA_ERR_NOT_FOUND);
     CHECK(strstr(hydra_last_error(), "--chat-template") != NULL);
     hydra_model_close(model);
+}
+
+/* ----------------------------------------------------------- threads */
+
+typedef struct apply_job {
+    const hydra_chat_template *tmpl;
+    const char *expected;
+    int mismatches;
+} apply_job;
+
+static void *apply_many(void *arg)
+{
+    apply_job *job = arg;
+    hydra_chat_params params = hydra_chat_default_params();
+    params.add_generation_prompt = true;
+    params.fixed_time = true;
+    params.fixed_now = GOLDEN_TIME;
+    for (int k = 0; k < 200; k++) {
+        char *out = NULL;
+        if (hydra_chat_apply_json(job->tmpl, "[{\"role\": \"user\", \"content\": \"hi\"}]", &params, &out, NULL) !=
+                HYDRA_OK ||
+            strcmp(out, job->expected) != 0)
+            job->mismatches++;
+        free(out);
+    }
+    return NULL;
+}
+
+/* One parsed template applied from several threads at once. */
+TEST(chat_template_shared_between_threads)
+{
+    const char *text;
+    CHECK_OK(hydra_chat_builtin("gpt-oss", &text));
+    hydra_chat_template *tmpl;
+    CHECK_OK(hydra_chat_template_new(text, &tmpl));
+    hydra_chat_params params = hydra_chat_default_params();
+    params.add_generation_prompt = true;
+    params.fixed_time = true;
+    params.fixed_now = GOLDEN_TIME;
+    char *expected;
+    CHECK_OK(hydra_chat_apply_json(tmpl, "[{\"role\": \"user\", \"content\": \"hi\"}]", &params, &expected, NULL));
+    CHECK(strstr(expected, "Current date: 2024-07-26") != NULL);
+    apply_job jobs[4];
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (apply_job){.tmpl = tmpl, .expected = expected};
+        CHECK_EQ_INT(pthread_create(&threads[t], NULL, apply_many, &jobs[t]), 0);
+    }
+    int mismatches = 0;
+    for (int t = 0; t < 4; t++) {
+        pthread_join(threads[t], NULL);
+        mismatches += jobs[t].mismatches;
+    }
+    free(expected);
+    hydra_chat_template_free(tmpl);
+    CHECK_EQ_INT(mismatches, 0);
 }
