@@ -9,7 +9,9 @@
  *
  * Per type: matvec (one token, decode) with 1 thread and with -t threads,
  * as GB/s of weight bytes read and GFLOP/s (2 flops per weight); matmul
- * (-p tokens, prefill) with -t threads.  The memory-read probe streams a
+ * (-p tokens, prefill) with -t threads; and "matvec L2", one thread over
+ * 256 KiB of the rows read again and again, the kernel's speed without
+ * memory in the way.  The memory-read probe streams a
  * buffer of --probe-mib MiB with 32-byte loads into several independent
  * accumulators on -t threads (a plain summing loop measures the adder, not
  * the memory) and prints best and median.  On a shared machine the load
@@ -184,8 +186,10 @@ static bool setup_probe(thread_pool *pool, const options *o, probe_job *job, sta
 typedef struct weights {
     uint32_t type;
     int n_parts;
+    int passes;           /* passes per timed repetition (the in-cache row) */
     const uint8_t **data; /* part i: rows[i] rows of n[i] values */
     int64_t *rows, *n;
+    int64_t one_rows;     /* storage for a one-part view's row count */
     uint64_t bytes, weights_total;
 } weights;
 
@@ -235,19 +239,20 @@ static void time_kernel(thread_pool *pool, thread_pool *probe_pool, probe_job *p
         if (r >= 0)
             probe_gbs[r] = probe_pass(probe_pool, probe);
         double t0 = now_s();
-        for (int i = 0; i < w->n_parts; i++) {
-            const quant_traits *t = quant_traits_of(w->type);
-            size_t stride = (size_t)(w->n[i] / t->block_size * t->type_size);
-            if (tokens == 1)
-                matvec(pool, w->type, w->data[i], stride, w->rows[i], w->n[i], ab->x_q, ab->y);
-            else
-                matmul(pool, w->type, w->data[i], stride, w->rows[i], w->n[i], ab->x_q, ab->x_stride, tokens, ab->y,
-                       (size_t)w->rows[i]);
-        }
+        for (int pass = 0; pass < w->passes; pass++)
+            for (int i = 0; i < w->n_parts; i++) {
+                const quant_traits *t = quant_traits_of(w->type);
+                size_t stride = (size_t)(w->n[i] / t->block_size * t->type_size);
+                if (tokens == 1)
+                    matvec(pool, w->type, w->data[i], stride, w->rows[i], w->n[i], ab->x_q, ab->y);
+                else
+                    matmul(pool, w->type, w->data[i], stride, w->rows[i], w->n[i], ab->x_q, ab->x_stride, tokens,
+                           ab->y, (size_t)w->rows[i]);
+            }
         double dt = now_s() - t0;
         if (r >= 0) {
-            gbs[r] = (double)w->bytes / dt / 1e9;
-            gflops[r] = 2.0 * (double)w->weights_total * tokens / dt / 1e9;
+            gbs[r] = (double)w->bytes * w->passes / dt / 1e9;
+            gflops[r] = 2.0 * (double)w->weights_total * tokens * w->passes / dt / 1e9;
         }
     }
     out->gbs = summarise(gbs, o->reps);
@@ -263,6 +268,30 @@ static void print_row(const char *type, const char *test, int threads, const wei
     fflush(stdout);
 }
 
+/* The first rows of the first part, IN_CACHE_BYTES of them, read
+ * IN_CACHE_PASSES times per repetition: the kernel's own speed, with the
+ * weights in L2, which says whether a type can keep up with memory. */
+enum { IN_CACHE_BYTES = 256 << 10, IN_CACHE_PASSES = 64 };
+
+static weights cache_view(const weights *w)
+{
+    const quant_traits *t = quant_traits_of(w->type);
+    uint64_t row_bytes = (uint64_t)(w->n[0] / t->block_size * t->type_size);
+    int64_t rows = (int64_t)(IN_CACHE_BYTES / row_bytes) / 4 * 4;
+    if (rows < 1)
+        rows = 1;
+    if (rows > w->rows[0])
+        rows = w->rows[0];
+    weights v = *w;
+    v.n_parts = 1;
+    v.rows = &v.one_rows;
+    v.one_rows = rows;
+    v.passes = IN_CACHE_PASSES;
+    v.bytes = (uint64_t)rows * row_bytes;
+    v.weights_total = (uint64_t)rows * (uint64_t)w->n[0];
+    return v;
+}
+
 static void run_type(thread_pool *one, thread_pool *all, probe_job *probe, const weights *w, const options *o)
 {
     act_buffers ab = {0};
@@ -272,6 +301,9 @@ static void run_type(thread_pool *one, thread_pool *all, probe_job *probe, const
     } else {
         row_stats rs;
         char test[32];
+        weights in_cache = cache_view(w);
+        time_kernel(one, all, probe, &in_cache, 1, o, &ab, &rs);
+        print_row(name, "matvec L2", 1, &in_cache, &rs);
         time_kernel(one, all, probe, w, 1, o, &ab, &rs);
         print_row(name, "matvec", 1, w, &rs);
         if (o->threads > 1) {
@@ -330,7 +362,7 @@ static int run_synthetic(thread_pool *one, thread_pool *all, probe_job *probe, c
             continue;
         const uint8_t *part;
         int64_t rows, n;
-        weights w = {.data = &part, .rows = &rows, .n = &n};
+        weights w = {.data = &part, .rows = &rows, .n = &n, .passes = 1};
         uint8_t *data = synth_matrix(type, o, &w);
         if (data == NULL) {
             fprintf(stderr, "hydra-bench: %s: cannot build a %lld MiB matrix of rows of %lld\n",
@@ -361,7 +393,7 @@ static int run_model(thread_pool *one, thread_pool *all, probe_job *probe, const
         const quant_traits *t = quant_traits_of(type);
         if (!o->want[type] || t == NULL || t->vec_dot == NULL)
             continue;
-        weights w = {.type = type, .data = data, .rows = rows, .n = n};
+        weights w = {.type = type, .data = data, .rows = rows, .n = n, .passes = 1};
         for (size_t i = 0; i < count; i++) {
             hydra_tensor_info ti;
             if (hydra_model_tensor_at(model, i, &ti) != HYDRA_OK || ti.type != type || ti.n_dims < 2)
