@@ -145,6 +145,8 @@ typedef enum arch_gating {
 typedef enum arch_norm { NORM_RMS } arch_norm;
 typedef enum arch_act { ACT_SWIGLU } arch_act;
 
+struct fwd_layer; /* src/forward.h */
+
 typedef struct arch_desc {
     const char *name; /* general.architecture */
     const arch_key *keys; /* read after the common keys (model/arch.c) */
@@ -156,6 +158,14 @@ typedef struct arch_desc {
     arch_gating gating;
     bool expert_weights_norm; /* default when the file has no expert_weights_norm key */
     arch_act act;
+    /* Hooks; NULL keeps the generic behaviour. */
+    /* Replaces the generic GQA attention of every layer (e.g. deepseek2's
+     * multi-head latent attention): see fwd_layer for what it reads and
+     * writes. */
+    void (*attention)(const struct fwd_layer *step);
+    /* Elements of one position's K and V cache rows in a layer, when they are
+     * not n_head_kv * head_dim (MLA caches the compressed latent instead). */
+    void (*kv_row_elems)(const arch_hparams *hp, size_t *k, size_t *v);
 } arch_desc;
 
 /* Keys every architecture reads (each optional one has a default). */

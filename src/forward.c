@@ -12,7 +12,8 @@
  *   logits = output(rmsnorm(x))
  *
  * What an architecture has decides what runs: a bias, a QK-norm gain or a
- * shared expert is applied when the descriptor bound it.  Rows of the batch
+ * shared expert is applied when the descriptor bound it; a descriptor's
+ * attention hook replaces the generic GQA attention (MLA).  Rows of the batch
  * are independent except in attention, where token t sees positions up to
  * its own.
  */
@@ -37,10 +38,13 @@ hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_
     const size_t es = op_kv_elem_size(type);
     if (es == 0)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "KV cache type %u: only F16 and F32 are supported", type);
+    size_t k_elems = (size_t)hp->n_head_kv * hp->head_dim_k, v_elems = (size_t)hp->n_head_kv * hp->head_dim_v;
+    if (w->arch->kv_row_elems != NULL)
+        w->arch->kv_row_elems(hp, &k_elems, &v_elems);
     kv->type = type;
     kv->n_ctx = n_ctx;
-    kv->k_row_bytes = (size_t)hp->n_head_kv * hp->head_dim_k * es;
-    kv->v_row_bytes = (size_t)hp->n_head_kv * hp->head_dim_v * es;
+    kv->k_row_bytes = k_elems * es;
+    kv->v_row_bytes = v_elems * es;
     const size_t positions = (size_t)hp->n_layer * (size_t)n_ctx;
     if (positions / hp->n_layer != (size_t)n_ctx || positions > SIZE_MAX / (kv->k_row_bytes + kv->v_row_bytes))
         return hydra_fail(HYDRA_ERR_NOMEM, "KV cache of %lld positions x %u layers overflows", (long long)n_ctx,
@@ -221,9 +225,15 @@ static void attn_task(void *ctx, int thread_idx, int n_threads)
     }
 }
 
-static void attention(const model_weights *w, int l, thread_pool *pool, kv_cache *kv, fwd_scratch *f, int64_t pos0,
-                      int64_t n)
+/* The generic attention: GQA over the layer's cache rows. */
+static void attention_gqa(const fwd_layer *c)
 {
+    const model_weights *w = c->w;
+    const int l = c->layer;
+    thread_pool *pool = c->pool;
+    kv_cache *kv = c->kv;
+    fwd_scratch *f = c->f;
+    const int64_t pos0 = c->pos0, n = c->n;
     const arch_hparams *hp = &w->hp;
     const layer_weights *lw = &w->layer[l];
     const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k;
@@ -257,9 +267,13 @@ static void attention(const model_weights *w, int l, thread_pool *pool, kv_cache
 
 /* --- feed-forward */
 
-static void feed_forward(const model_weights *w, int l, thread_pool *pool, fwd_scratch *f, int64_t n)
+static void feed_forward(const fwd_layer *c)
 {
-    const layer_weights *lw = &w->layer[l];
+    const model_weights *w = c->w;
+    thread_pool *pool = c->pool;
+    fwd_scratch *f = c->f;
+    const int64_t n = c->n;
+    const layer_weights *lw = &w->layer[c->layer];
     act_bind(&f->xn_act, f->xn, n);
     memset(f->sub, 0, sizeof(float) * (size_t)n * w->hp.n_embd);
     if (!lw->moe) {
@@ -285,14 +299,16 @@ void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratc
     for (int64_t t = 0; t < n; t++)
         op_rope_cache(f->rope + t * hp->n_rot, pos0 + t, (int)hp->n_rot, hp->rope_base);
 
+    void (*const attention)(const fwd_layer *) = w->arch->attention ? w->arch->attention : attention_gqa;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *lw = &w->layer[l];
+        const fwd_layer step = {.w = w, .layer = (int)l, .pool = pool, .kv = kv, .f = f, .pos0 = pos0, .n = n};
         rmsnorm_rows(f->x, &lw->w[W_ATTN_NORM], hp->norm_eps, n, embd, f->xn);
-        attention(w, (int)l, pool, kv, f, pos0, n);
+        attention(&step);
         add_rows(f->x, f->sub, n * embd);
 
         rmsnorm_rows(f->x, &lw->w[W_FFN_NORM], hp->norm_eps, n, embd, f->xn);
-        feed_forward(w, (int)l, pool, f, n);
+        feed_forward(&step);
         add_rows(f->x, f->sub, n * embd);
     }
 

@@ -48,6 +48,18 @@ typedef struct fwd_scratch {
     moe_scratch moe;
 } fwd_scratch;
 
+/* One layer's step, as the attention hook of a descriptor receives it: the
+ * normed rows are in f->xn (n rows), the sublayer's output goes to f->sub,
+ * positions pos0 .. pos0 + n - 1 are appended to kv. */
+typedef struct fwd_layer {
+    const model_weights *w;
+    int layer;
+    thread_pool *pool;
+    kv_cache *kv;
+    fwd_scratch *f;
+    int64_t pos0, n;
+} fwd_layer;
+
 hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, int64_t n_ctx, int n_threads);
 void fwd_free(fwd_scratch *f);
 

@@ -192,6 +192,11 @@ static hydra_status bind_one(const hydra_model *m, const char *arch, const arch_
                           arch, name, (unsigned long long)ti.ne[0], (unsigned long long)ti.ne[1],
                           (unsigned long long)ti.ne[2], (unsigned long long)ti.ne[3], (unsigned long long)want[0],
                           (unsigned long long)want[1], (unsigned long long)want[2]);
+    /* Kernels read F32 gains and F16/F32 rows as typed arrays; a file may
+     * declare general.alignment 1 or 2. */
+    if ((uintptr_t)ti.data % sizeof(float) != 0)
+        return hydra_fail(HYDRA_ERR_FORMAT, "%s: tensor %s: data at file offset %llu is not 4-byte aligned", arch, name,
+                          (unsigned long long)ti.file_offset);
     uint64_t row_bytes = 0;
     if (!quant_row_bytes(ti.type, ti.ne[0], &row_bytes))
         return hydra_fail(HYDRA_ERR_FORMAT, "%s: tensor %s: rows of %llu values do not fit type %s", arch, name,
