@@ -29,7 +29,8 @@ LDFLAGS += $(SANFLAGS)
 LDLIBS  += -lm -lpthread
 
 LIB_SRC   := $(wildcard src/*.c kernels/cpu/*.c model/*.c)
-TOOL_SRC  := src/tools/run.c bench/mkmodel.c bench/bench.c
+RUN_SRC   := $(wildcard src/tools/*.c)
+TOOL_SRC  := $(RUN_SRC) bench/mkmodel.c bench/bench.c
 TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -56,7 +57,7 @@ $(LIB_A): $(LIB_OBJ)
 
 # In-tree tools and tests link the static library: they may use internal
 # headers (the GGUF writer, the type table) that the .so does not export.
-$(BUILD)/hydra-run: $(BUILD)/obj/src/tools/run.o $(LIB_A)
+$(BUILD)/hydra-run: $(RUN_SRC:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
@@ -72,7 +73,7 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -Itests -DHYDRA_TEST_BUILD_DIR='"$(BUILD)"'
 
 # The README's main job: hydra-run on the built-in default model.
 run: all
-	./$(BUILD)/hydra-run --info
+	./$(BUILD)/hydra-run -p "Once upon a time" -n 32
 
 test: all $(TESTBIN)
 	./$(TESTBIN)

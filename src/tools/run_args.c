@@ -1,0 +1,298 @@
+/*
+ * run_args.c — hydra-run's command line: one table of flags (names, what
+ * they fill, their range, their help) drives the parser and the usage
+ * text.  Names and defaults follow llama-cli's where it has the flag.
+ */
+#include "run.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct flag flag;
+
+/* Stores value (NULL for a flag without one) into o; false after saying why. */
+typedef bool (*flag_parse)(const flag *f, const char *name, const char *value, run_opts *o);
+
+struct flag {
+    const char *names;   /* space-separated: "-m --model" */
+    const char *metavar; /* NULL: the flag takes no value */
+    flag_parse parse;
+    size_t offset; /* of the field in run_opts */
+    double min, max; /* numeric range, inclusive */
+    int set;         /* the value a switch stores */
+    const char *help;
+};
+
+static void *field(const flag *f, run_opts *o) { return (char *)o + f->offset; }
+
+static bool parse_string(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)name;
+    *(const char **)field(f, o) = value;
+    return true;
+}
+
+static bool parse_switch(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)name, (void)value;
+    *(bool *)field(f, o) = true;
+    return true;
+}
+
+static bool parse_choice(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)name, (void)value;
+    *(int *)field(f, o) = f->set;
+    return true;
+}
+
+static bool out_of_range(const flag *f, const char *name, const char *value)
+{
+    run_error("%s %s: must be a number from %g to %g", name, value, f->min, f->max);
+    return false;
+}
+
+/* A whole decimal integer in [min, max]. */
+static bool read_integer(const flag *f, const char *name, const char *value, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0) {
+        run_error("%s '%s': not an integer", name, value);
+        return false;
+    }
+    if ((double)v < f->min || (double)v > f->max)
+        return out_of_range(f, name, value);
+    *out = v;
+    return true;
+}
+
+static bool parse_int(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    long long v;
+    if (!read_integer(f, name, value, &v))
+        return false;
+    *(int *)field(f, o) = (int)v;
+    return true;
+}
+
+static bool parse_int32(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    long long v;
+    if (!read_integer(f, name, value, &v))
+        return false;
+    *(int32_t *)field(f, o) = (int32_t)v;
+    return true;
+}
+
+static bool parse_llong(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    return read_integer(f, name, value, (long long *)field(f, o));
+}
+
+/* A finite number in [min, max]. */
+static bool parse_float(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    char *end;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || !isfinite(v)) {
+        run_error("%s '%s': not a number", name, value);
+        return false;
+    }
+    if (v < f->min || v > f->max)
+        return out_of_range(f, name, value);
+    *(float *)field(f, o) = (float)v;
+    return true;
+}
+
+static bool parse_stop(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    if (value[0] == '\0' || o->n_stops == RUN_MAX_STOPS) {
+        run_error("%s: %s", name, value[0] ? "too many stop strings (at most 16)" : "a stop string cannot be empty");
+        return false;
+    }
+    o->stops[o->n_stops++] = value;
+    return true;
+}
+
+static bool parse_kv_type(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    if (strcmp(value, "f16") != 0 && strcmp(value, "f32") != 0) {
+        run_error("%s '%s': f16 or f32", name, value);
+        return false;
+    }
+    o->kv_type = strcmp(value, "f32") == 0 ? HYDRA_KV_F32 : HYDRA_KV_F16;
+    return true;
+}
+
+/* "1,2,3" (commas and/or spaces) into o->prompt_ids. */
+static bool parse_ids(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    size_t cap = strlen(value) / 2 + 1, n = 0;
+    hydra_token *ids = malloc(cap * sizeof *ids);
+    const char *p = value;
+    while (ids != NULL && *p != '\0') {
+        while (*p == ',' || *p == ' ')
+            p++;
+        if (*p == '\0')
+            break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end != '\0' && *end != ',' && *end != ' ') || errno != 0 || v < 0 || v > INT32_MAX) {
+            run_error("%s: '%.*s' is not a token id (ids are integers from 0, separated by commas)", name,
+                      (int)strcspn(p, ", "), p);
+            free(ids);
+            return false;
+        }
+        ids[n++] = (hydra_token)v;
+        p = end;
+    }
+    if (ids == NULL || n == 0) {
+        run_error("%s: %s", name, ids == NULL ? "out of memory" : "no token ids given");
+        free(ids);
+        return false;
+    }
+    free(o->prompt_ids);
+    o->prompt_ids = ids;
+    o->n_prompt_ids = n;
+    return true;
+}
+
+#define AT(field) offsetof(run_opts, field)
+#define SAMPLING(field) (offsetof(run_opts, sampling) + offsetof(hydra_sampler_params, field))
+
+static const flag flags[] = {
+    {"-m --model", "FILE", parse_string, AT(model), 0, 0, 0,
+     "GGUF model (default: a synthetic tiny qwen3moe, written once to $XDG_CACHE_HOME/hydra/ or ~/.cache/hydra/)"},
+    {"-p --prompt", "TEXT", parse_string, AT(prompt), 0, 0, 0, "prompt to continue (in chat mode: the first message)"},
+    {"-f --file", "FILE", parse_string, AT(prompt_file), 0, 0, 0, "read the prompt from FILE, byte for byte"},
+    {"-n --n-predict", "N", parse_int, AT(n_predict), -1, INT_MAX, 0,
+     "tokens to generate (default -1: until an end-of-generation token or a full context)"},
+    {"-c --ctx-size", "N", parse_int, AT(n_ctx), 0, 1 << 24, 0,
+     "context size in tokens (default 4096, or the model's when smaller; 0: the model's)"},
+    {"-t --threads", "N", parse_int, AT(n_threads), 0, 1024, 0, "threads (default 0: the physical cores)"},
+    {"-s --seed", "N", parse_llong, AT(seed), -1, 9.2e18, 0, "random seed (default -1: a new one each run, printed)"},
+    {"--temp", "T", parse_float, SAMPLING(temperature), 0, 1e6, 0, "temperature (default 0.8; 0: greedy)"},
+    {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, 0, "keep the N most likely tokens (default 40; 0: off)"},
+    {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, 0,
+     "keep the most likely tokens up to probability P (default 0.95; 1: off)"},
+    {"--min-p", "P", parse_float, SAMPLING(min_p), 0, 1, 0,
+     "drop tokens less likely than P x the most likely (default 0.05; 0: off)"},
+    {"--repeat-penalty", "X", parse_float, SAMPLING(repeat_penalty), 1e-6, 1e6, 0,
+     "penalise tokens of the last --repeat-last-n (default 1: off)"},
+    {"--repeat-last-n", "N", parse_int, AT(repeat_last_n), -1, 1 << 24, 0,
+     "the window of the penalties (default 64; 0: off; -1: the context size)"},
+    {"--presence-penalty", "X", parse_float, SAMPLING(presence_penalty), -1e6, 1e6, 0,
+     "subtract X from the logits of tokens in the window (default 0: off)"},
+    {"--frequency-penalty", "X", parse_float, SAMPLING(frequency_penalty), -1e6, 1e6, 0,
+     "subtract X per occurrence in the window (default 0: off)"},
+    {"-r --reverse-prompt --stop", "TEXT", parse_stop, 0, 0, 0, 0,
+     "end the reply where TEXT appears (not printed); repeatable"},
+    {"--ignore-eos", NULL, parse_switch, AT(ignore_eos), 0, 0, 0, "do not stop at end-of-generation tokens"},
+    {"-cnv --conversation", NULL, parse_choice, AT(conversation), 0, 0, CONV_ON,
+     "chat with the model's template (default: when the model has one, stdin is a terminal and no -p)"},
+    {"-no-cnv --no-conversation", NULL, parse_choice, AT(conversation), 0, 0, CONV_OFF,
+     "continue the prompt as plain text"},
+    {"--chat-template", "NAME", parse_string, AT(chat_template), 0, 0, 0,
+     "a built-in template (chatml, qwen3, llama3, ...) or a Jinja text, instead of the model's"},
+    {"-sys --system-prompt", "TEXT", parse_string, AT(system_prompt), 0, 0, 0, "system message of the chat"},
+    {"-sp --special", NULL, parse_switch, AT(special), 0, 0, 0, "print control tokens too"},
+    {"--no-display-prompt", NULL, parse_switch, AT(no_display_prompt), 0, 0, 0, "do not echo the prompt"},
+    {"--verbose-prompt", NULL, parse_switch, AT(verbose_prompt), 0, 0, 0,
+     "print the prompt's tokens on stderr before generating"},
+    {"--kv-type", "TYPE", parse_kv_type, 0, 0, 0, 0, "KV cache type: f16 (default) or f32"},
+    {"--info", NULL, parse_switch, AT(info), 0, 0, 0,
+     "describe the model: architecture, hyper-parameters, size, quant mix"},
+    {"-v --verbose", NULL, parse_switch, AT(verbose), 0, 0, 0, "with --info, also list every tensor"},
+    {"--tokenize", NULL, parse_switch, AT(tokenize), 0, 0, 0,
+     "print the token ids of the prompt (special tokens recognised, no BOS/EOS) and exit"},
+    {"--prompt-tokens", "IDS", parse_ids, 0, 0, 0, 0, "the prompt as token ids, e.g. 1,2,3"},
+    {"--logits-out", "FILE", parse_string, AT(logits_out), 0, 0, 0,
+     "evaluate the prompt in one batch; write every position's logits (float32 LE, [n_tokens][n_vocab])"},
+    {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
+     "print the generated token ids (one line) instead of text; implies --ignore-eos"},
+    {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},
+};
+
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+/* Whether `arg` is one of the space-separated names. */
+static bool has_name(const char *names, const char *arg)
+{
+    size_t len = strlen(arg);
+    for (const char *p = names; *p != '\0';) {
+        size_t n = strcspn(p, " ");
+        if (n == len && strncmp(p, arg, n) == 0)
+            return true;
+        p += n + (p[n] == ' ');
+    }
+    return false;
+}
+
+void run_opts_init(run_opts *o)
+{
+    *o = (run_opts){.n_predict = -1,
+                    .n_ctx = -1,
+                    .seed = -1,
+                    .repeat_last_n = 64,
+                    .kv_type = HYDRA_KV_F16,
+                    .sampling = hydra_sampler_default_params(),
+                    .conversation = CONV_AUTO};
+}
+
+void run_opts_free(run_opts *o)
+{
+    free(o->prompt_ids);
+    o->prompt_ids = NULL;
+}
+
+int run_parse_args(int argc, char **argv, run_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const flag *f = flags;
+        while (f < flags + N_FLAGS && !has_name(f->names, arg))
+            f++;
+        if (f == flags + N_FLAGS) {
+            run_error("unknown option '%s' (hydra-run --help lists them)", arg);
+            return RUN_ERROR;
+        }
+        if (f->metavar != NULL && i + 1 >= argc) {
+            run_error("%s needs a value (%s)", arg, f->metavar);
+            return RUN_ERROR;
+        }
+        if (!f->parse(f, arg, f->metavar ? argv[++i] : NULL, o))
+            return RUN_ERROR;
+    }
+    return RUN_OK;
+}
+
+void run_usage(FILE *fp)
+{
+    fprintf(fp, "usage: hydra-run [-m FILE] [-p TEXT | -f FILE | --prompt-tokens IDS] [options]\n"
+                "       hydra-run [-m FILE] --info [-v]\n"
+                "       hydra-run [-m FILE] --tokenize -p TEXT\n\n");
+    for (const flag *f = flags; f < flags + N_FLAGS; f++) {
+        char left[64];
+        int n = 0;
+        for (const char *p = f->names; *p != '\0' && n < (int)sizeof left;) {
+            size_t len = strcspn(p, " ");
+            n += snprintf(left + n, sizeof left - (size_t)n, "%s%.*s", p == f->names ? "" : ", ", (int)len, p);
+            p += len + (p[len] == ' ');
+        }
+        if (f->metavar != NULL && n < (int)sizeof left)
+            snprintf(left + n, sizeof left - (size_t)n, " %s", f->metavar);
+        fprintf(fp, "  %-34s %s\n", left, f->help);
+    }
+    fprintf(fp, "\nExit status: 0 done, 1 an error (one line on stderr), 130 interrupted.\n"
+                "In chat mode: /exit or end of input leaves; Ctrl-C stops the reply being written.\n");
+}
