@@ -13,7 +13,6 @@
 #include "quant.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,13 +80,12 @@ hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t ma
     s->chosen = malloc((size_t)s->n_expert + 1);
     s->order = malloc(sizeof(int32_t) * rows);
     s->start = malloc(sizeof(int32_t) * (size_t)(s->n_expert + 2));
-    s->active = malloc(sizeof(int32_t) * (size_t)(s->n_expert + 1));
     s->gathered = malloc(gathered_row * rows);
     s->h_gate = malloc(sizeof(float) * rows * (size_t)ff_max);
     s->h_up = malloc(sizeof(float) * rows * (size_t)ff_max);
     s->y = malloc(sizeof(float) * rows * hp->n_embd);
     hydra_status st = HYDRA_OK;
-    if (!s->probs || !s->chosen || !s->order || !s->start || !s->active || !s->gathered || !s->h_gate || !s->h_up || !s->y)
+    if (!s->probs || !s->chosen || !s->order || !s->start || !s->gathered || !s->h_gate || !s->h_up || !s->y)
         st = hydra_fail(HYDRA_ERR_NOMEM, "MoE scratch for %lld rows of FFN width %lld", (long long)s->max_rows,
                         (long long)ff_max);
     if (st == HYDRA_OK && hp->n_expert > 0)
@@ -107,7 +105,6 @@ void moe_scratch_free(moe_scratch *s)
     free(s->chosen);
     free(s->order);
     free(s->start);
-    free(s->active);
     free(s->gathered);
     free(s->h_gate);
     free(s->h_up);
@@ -227,91 +224,12 @@ static bool same_format(uint32_t a, uint32_t b)
     return quant_traits_of(a)->vec_dot_type == quant_traits_of(b)->vec_dot_type;
 }
 
-/* --- decode: every selected expert's rows in one parallel region
- *
- * With one token per expert a product per expert is a short region each
- * (3 x top-k regions per layer, each ending in a barrier).  Here the rows of
- * all active experts form one pool of work: gate and up of every route in
- * one region, down in a second.  Results are the same dot products as the
- * per-expert path, in the same places. */
-
-enum { ROWS_PER_ITEM = 16 };
-
-typedef struct rows_job {
-    const moe_scratch *s;
-    const moe_route *routes;
-    int n_active;
-    const int32_t *active;  /* experts with routes, ascending */
-    int64_t items_per_expert;
-    int n_mats;             /* 2: gate and up; 1: down */
-    const wtensor *w[2];
-    const uint8_t *x[2];    /* input rows: by token (gate, up) or by slot (down) */
-    size_t x_stride[2];
-    bool x_by_slot;
-    float *y[2];            /* output rows by slot */
-    _Atomic int64_t next;
-} rows_job;
-
-static void rows_task(void *ctx, int thread_idx, int n_threads)
-{
-    (void)thread_idx;
-    (void)n_threads;
-    rows_job *job = ctx;
-    const moe_scratch *s = job->s;
-    const int64_t items = job->n_active * job->items_per_expert;
-    for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < items;) {
-        const int e = job->active[i / job->items_per_expert];
-        for (int m = 0; m < job->n_mats; m++) {
-            const wtensor *w = job->w[m];
-            const quant_vec_dot_fn vec_dot = quant_traits_of(w->type)->vec_dot;
-            const int64_t r0 = (i % job->items_per_expert) * ROWS_PER_ITEM;
-            const int64_t r1 = r0 + ROWS_PER_ITEM < w->ne[1] ? r0 + ROWS_PER_ITEM : w->ne[1];
-            const uint8_t *mat = w->data + (size_t)e * w->mat_bytes;
-            for (int32_t slot = s->start[e]; slot < s->start[e + 1]; slot++) {
-                const int64_t in = job->x_by_slot ? slot : job->routes[s->order[slot]].token;
-                const uint8_t *x = job->x[m] + (size_t)in * job->x_stride[m];
-                float *y = job->y[m] + (size_t)slot * (size_t)w->ne[1];
-                for (int64_t r = r0; r < r1; r++)
-                    vec_dot(w->ne[0], &y[r], mat + (size_t)r * w->row_bytes, x);
-            }
-        }
-    }
-}
-
-static void run_rows(thread_pool *pool, rows_job *job, int64_t rows)
-{
-    job->items_per_expert = (rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
-    atomic_init(&job->next, 0);
-    pool_run(pool, rows_task, job);
-}
-
-/* Routes already grouped (s->order, s->start); n_routes slots. */
-static void experts_fused(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x,
-                          const moe_route *routes, int64_t n_routes)
-{
-    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP], *down = &lw->w[W_MOE_DOWN];
-    const int64_t ff = gate->ne[1];
-    int n_active = 0;
-    for (int e = 0; e < s->n_expert; e++)
-        if (s->start[e + 1] > s->start[e])
-            s->active[n_active++] = e;
-    rows_job job = {.s = s, .routes = routes, .n_active = n_active, .active = s->active, .n_mats = 2,
-                    .w = {gate, up}, .y = {s->h_gate, s->h_up}};
-    job.x[0] = act_for(x, pool, gate->type, &job.x_stride[0]);
-    job.x[1] = act_for(x, pool, up->type, &job.x_stride[1]);
-    run_rows(pool, &job, ff);
-
-    op_swiglu(s->h_gate, s->h_gate, s->h_up, n_routes * ff);
-    act_set *h = hidden_for(s, ff);
-    act_bind(h, s->h_gate, n_routes);
-    job = (rows_job){.s = s, .routes = routes, .n_active = n_active, .active = s->active, .n_mats = 1,
-                     .w = {down}, .x_by_slot = true, .y = {s->y}};
-    job.x[0] = act_for(h, pool, down->type, &job.x_stride[0]);
-    run_rows(pool, &job, down->ne[1]);
-}
-
-/* --- prefill: one matrix-matrix product per expert over its tokens */
-
+/* One matrix-matrix product per expert over the tokens that chose it (a
+ * matrix-vector product in decode, where each has one); outputs land in
+ * s->y by slot, the route's place in the grouped order.  Fusing all
+ * experts' rows of a decode step into one parallel region was measured:
+ * no faster than these per-expert products, whose row chunks stream
+ * better. */
 static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x,
                             const moe_route *routes)
 {
@@ -339,13 +257,7 @@ void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act
 {
     const int64_t embd = lw->w[W_MOE_DOWN].ne[1];
     group_by_expert(s, routes, n_routes);
-    int64_t most = 0;
-    for (int e = 0; e < s->n_expert; e++)
-        most = s->start[e + 1] - s->start[e] > most ? s->start[e + 1] - s->start[e] : most;
-    if (most <= 1)
-        experts_fused(pool, s, lw, x, routes, n_routes);
-    else
-        experts_grouped(pool, s, lw, x, routes);
+    experts_grouped(pool, s, lw, x, routes);
     /* Slots run in expert order, so each token's sum is in ascending expert
      * id whatever the order of the routes. */
     for (int64_t slot = 0; slot < n_routes; slot++) {

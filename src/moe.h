@@ -50,7 +50,6 @@ typedef struct moe_scratch {
     uint8_t *chosen;   /* n_expert: top-k picks of one row */
     int32_t *order;    /* route indices grouped by expert */
     int32_t *start;    /* n_expert + 1: each expert's first entry in order */
-    int32_t *active;   /* n_expert: the experts that have routes, ascending */
     uint8_t *gathered; /* max_rows rows of the FFN input, in an expert's format */
     float *h_gate;     /* max_rows x widest FFN */
     float *h_up;
