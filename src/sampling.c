@@ -3,12 +3,15 @@
  * top-p, min-p, temperature and a seeded draw, in llama.cpp's order (the
  * contract is in hydra.h).
  *
- * Top-k, top-p and min-p each keep a prefix of the logits sorted largest
+ * Top-k, top-p and min-p each keep a prefix of the logits ranked best
  * first (min-p's bar is relative to the largest logit, which every step
- * keeps), so the kept set is the shortest of those prefixes.  The logits
- * are made a max-heap in O(n) and popped in order only as far as the
- * shortest prefix reaches: a few dozen pops with the defaults, never a full
- * sort of a 150k vocabulary per token.
+ * keeps), so the kept set is the shortest of those prefixes, and only that
+ * much of the ranking is ever built: top-k selects its k through a k-entry
+ * heap in one pass (one comparison for most tokens); without top-k, the
+ * tokens min-p drops are dropped first and the rest is made a heap and
+ * popped only as far as top-p reaches.  With the defaults and a 152k
+ * vocabulary a token costs 0.8 ms on the shared 2-core machine (greedy:
+ * 0.5 ms, the copy of the logits and the scan for the maximum).
  */
 #include "hydra.h"
 
@@ -30,7 +33,7 @@ struct hydra_sampler {
     int32_t n_vocab;
     cand *heap;         /* [n_vocab] the penalised logits; a max-heap while truncating */
     cand *kept;         /* [n_vocab] popped from the heap, largest first */
-    double *weight;     /* [n_vocab] unnormalised probabilities of the final set */
+    float *weight;      /* [n_vocab] unnormalised probabilities of the final set */
     int32_t *count;     /* [n_vocab] occurrences in the penalty window */
     uint8_t *penalised; /* [n_vocab] set while the penalties run, so a repeated token is penalised once */
     int32_t *window;    /* [penalty_last_n] ring of the last accepted tokens */
@@ -38,7 +41,7 @@ struct hydra_sampler {
     uint64_t rng[4];
 };
 
-/* The set the draw uses: kept[0, n) largest first, or all of heap[0, n_vocab) in id order. */
+/* The set the draw uses: n candidates, best first, or all of heap[] in id order. */
 typedef struct final_set {
     const cand *c;
     size_t n;
@@ -224,95 +227,154 @@ static void apply_penalties(hydra_sampler *s)
 /* The order every step uses: larger logit first, then lower id. */
 static bool ranks_before(cand a, cand b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
 
-static void sift_down(cand *h, size_t n, size_t i)
+/* Whether a sits above b: in a max-heap the best is on top, in a min-heap the worst. */
+static bool above(cand a, cand b, bool worst_on_top) { return worst_on_top ? ranks_before(b, a) : ranks_before(a, b); }
+
+static void sift_down(cand *h, size_t n, size_t i, bool worst_on_top)
 {
     for (;;) {
-        size_t best = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && ranks_before(h[l], h[best]))
-            best = l;
-        if (r < n && ranks_before(h[r], h[best]))
-            best = r;
-        if (best == i)
+        size_t top = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && above(h[l], h[top], worst_on_top))
+            top = l;
+        if (r < n && above(h[r], h[top], worst_on_top))
+            top = r;
+        if (top == i)
             return;
         cand t = h[i];
-        h[i] = h[best];
-        h[best] = t;
-        i = best;
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
     }
 }
 
-static void heapify(cand *h, size_t n)
+static void heapify(cand *h, size_t n, bool worst_on_top)
 {
     for (size_t i = n / 2; i-- > 0;)
-        sift_down(h, n, i);
+        sift_down(h, n, i, worst_on_top);
 }
 
-/* The heap's first entry to kept[*n_kept]; the heap shrinks to *heap_n. */
-static void pop_into(cand *h, size_t *heap_n, cand *kept, size_t *n_kept)
-{
-    kept[(*n_kept)++] = h[0];
-    h[0] = h[--*heap_n];
-    sift_down(h, *heap_n, 0);
-}
-
+/* The first maximum of c[0, n) in id order: a later equal logit ranks after. */
 static size_t argmax(const cand *c, size_t n)
 {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
-        if (ranks_before(c[i], c[best]))
+        if (c[i].logit > c[best].logit)
             best = i;
     return best;
+}
+
+/* Step 2: the k best of src[0, n) (in id order) into dst[0, k), best
+ * first.  dst is a min-heap of the best so far; a candidate must beat its
+ * root, the worst kept (scanning ids upwards, an equal logit never does),
+ * so most candidates cost one comparison.  Then heapsort: O(n + k log k). */
+static void select_top_k(const cand *src, size_t n, size_t k, cand *dst)
+{
+    memcpy(dst, src, k * sizeof *dst);
+    heapify(dst, k, true);
+    for (size_t i = k; i < n; i++)
+        if (src[i].logit > dst[0].logit) {
+            dst[0] = src[i];
+            sift_down(dst, k, 0, true);
+        }
+    for (size_t m = k; m > 1; m--) {
+        cand worst = dst[0];
+        dst[0] = dst[m - 1];
+        dst[m - 1] = worst;
+        sift_down(dst, m - 1, 0, true);
+    }
+}
+
+/* Candidates in rank order, sorted only as far as they are asked for: a
+ * max-heap popped into out[] on demand. */
+typedef struct ranking {
+    cand *heap;
+    size_t heap_n;
+    cand *out;
+    size_t out_n;
+} ranking;
+
+static cand ranked(ranking *r, size_t i)
+{
+    while (r->out_n <= i) {
+        r->out[r->out_n++] = r->heap[0];
+        r->heap[0] = r->heap[--r->heap_n];
+        sift_down(r->heap, r->heap_n, 0, false);
+    }
+    return r->out[i];
+}
+
+static size_t keep_at_least(const cand *src, size_t n, float min_logit, cand *dst)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (src[i].logit >= min_logit)
+            dst[m++] = src[i];
+    return m;
 }
 
 static double sum_exp(const cand *c, size_t n, float max_logit)
 {
     double z = 0.0;
     for (size_t i = 0; i < n; i++)
-        z += exp((double)c[i].logit - max_logit);
+        z += expf(c[i].logit - max_logit);
     return z;
 }
 
-/* Steps 2-4 on the penalised logits.  sorted: the caller wants the set in
- * rank order even when no step cuts it (the heap is then popped whole). */
-static final_set truncate_logits(hydra_sampler *s, bool sorted)
+/* Steps 3 and 4 on a ranking of `limit` candidates: the shortest prefix
+ * that reaches top_p's target, cut where min-p's bar is passed. */
+static size_t cut(ranking *r, size_t limit, float max_logit, float min_logit, bool top_p, double target)
 {
-    const size_t n = (size_t)s->n_vocab;
-    const size_t limit = s->p.top_k > 0 && (size_t)s->p.top_k < n ? (size_t)s->p.top_k : n;
-    const bool top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
-    if (limit == n && !top_p && !min_p && !sorted)
-        return (final_set){s->heap, n, s->heap[argmax(s->heap, n)].logit};
-    size_t heap_n = n, n_kept = 0;
-    heapify(s->heap, heap_n);
-    const float max_logit = s->heap[0].logit;
-    /* Top-p's softmax is over what top-k kept: pop all of those first. */
-    double target = 0.0;
-    if (top_p) {
-        while (limit < n && n_kept < limit)
-            pop_into(s->heap, &heap_n, s->kept, &n_kept);
-        target = s->p.top_p * (limit < n ? sum_exp(s->kept, n_kept, max_logit) : sum_exp(s->heap, n, max_logit));
-    }
-    const float min_logit = min_p ? max_logit + logf(s->p.min_p) : -INFINITY; /* p >= min_p * p_max */
     double cum = 0.0;
     size_t m = 0;
     while (m < limit) {
-        if (n_kept == m)
-            pop_into(s->heap, &heap_n, s->kept, &n_kept);
-        if (m > 0 && s->kept[m].logit < min_logit)
+        const cand c = ranked(r, m);
+        if (m > 0 && c.logit < min_logit)
             break;
-        cum += exp((double)s->kept[m++].logit - max_logit);
-        if (top_p && cum >= target)
+        m++;
+        if (top_p && (cum += expf(c.logit - max_logit)) >= target)
             break;
     }
-    return (final_set){s->kept, m, max_logit};
+    return m;
+}
+
+/* Steps 2-4 on the penalised logits, whose best is heap[top].  sorted: the
+ * caller wants the set in rank order even when no step cuts it. */
+static final_set truncate_logits(hydra_sampler *s, size_t top, bool sorted)
+{
+    const size_t n = (size_t)s->n_vocab;
+    const float max_logit = s->heap[top].logit;
+    const bool top_k = s->p.top_k > 0 && (size_t)s->p.top_k < n, top_p = s->p.top_p < 1.0f;
+    const float min_logit = s->p.min_p > 0.0f ? max_logit + logf(s->p.min_p) : -INFINITY; /* p >= min_p * p_max */
+    if (!top_k && !top_p && s->p.min_p <= 0.0f && !sorted)
+        return (final_set){s->heap, n, max_logit};
+    ranking r;
+    size_t limit;
+    double z;
+    if (top_k) {
+        limit = (size_t)s->p.top_k;
+        select_top_k(s->heap, n, limit, s->kept);
+        r = (ranking){NULL, 0, s->kept, limit};
+        z = top_p ? sum_exp(s->kept, limit, max_logit) : 0.0; /* top-p's softmax is over what top-k kept */
+    } else {
+        /* Every token min-p would drop is dropped first (heap[] then takes
+         * the ranking's output), so that only the survivors are sorted. */
+        z = top_p ? sum_exp(s->heap, n, max_logit) : 0.0;
+        const bool filter = min_logit > -INFINITY;
+        limit = filter ? keep_at_least(s->heap, n, min_logit, s->kept) : n;
+        r = filter ? (ranking){s->kept, limit, s->heap, 0} : (ranking){s->heap, n, s->kept, 0};
+        heapify(r.heap, limit, false);
+    }
+    const size_t m = cut(&r, limit, max_logit, min_logit, top_p, s->p.top_p * z);
+    return (final_set){r.out, m, max_logit};
 }
 
 /* Step 5: the unnormalised probabilities into weight[]; their sum. */
 static double weigh(hydra_sampler *s, final_set f)
 {
-    const double t = s->p.temperature;
+    const float t = s->p.temperature;
     double z = 0.0;
     for (size_t i = 0; i < f.n; i++)
-        z += s->weight[i] = exp(((double)f.c[i].logit - f.max_logit) / t);
+        z += s->weight[i] = expf((f.c[i].logit - f.max_logit) / t);
     return z;
 }
 
@@ -321,15 +383,17 @@ static hydra_status prepare(hydra_sampler *s, const float *logits, bool sorted, 
 {
     load_logits(s, logits);
     apply_penalties(s);
-    if (s->p.temperature <= 0.0f) {
-        s->kept[0] = s->heap[argmax(s->heap, (size_t)s->n_vocab)];
-        *f = (final_set){s->kept, 1, s->kept[0].logit};
-    } else {
-        *f = truncate_logits(s, sorted);
-    }
-    if (!isfinite(f->max_logit))
+    const size_t top = argmax(s->heap, (size_t)s->n_vocab);
+    if (!isfinite(s->heap[top].logit))
         return hydra_fail(HYDRA_ERR_RANGE, "sampler: no logit is finite");
-    *z = s->p.temperature <= 0.0f ? (s->weight[0] = 1.0) : weigh(s, *f);
+    if (s->p.temperature > 0.0f) {
+        *f = truncate_logits(s, top, sorted);
+        *z = weigh(s, *f);
+        return HYDRA_OK;
+    }
+    s->kept[0] = s->heap[top];
+    *f = (final_set){s->kept, 1, s->kept[0].logit};
+    *z = s->weight[0] = 1.0f;
     return HYDRA_OK;
 }
 
