@@ -9,8 +9,8 @@
  * model reports the measured numbers.
  *
  * A file with a tensor type the type table cannot compute yet is skipped
- * with the type's name.  All of it takes about 3 s (12 s under
- * make SAN=1) on the 2-core CI machine, so every pass runs on every file.
+ * with the type's name.  All of it takes a few seconds on the 2-core CI
+ * machine, also under make SAN=1, so every pass runs on every file.
  */
 #include "hydra.h"
 #include "quant.h"
