@@ -62,11 +62,11 @@ static bool read_integer(const flag *f, const char *name, const char *value, lon
     char *end;
     errno = 0;
     long long v = strtoll(value, &end, 10);
-    if (end == value || *end != '\0' || errno != 0) {
+    if (end == value || *end != '\0' || (errno != 0 && errno != ERANGE)) {
         run_error("%s '%s': not an integer", name, value);
         return false;
     }
-    if ((double)v < f->min || (double)v > f->max)
+    if (errno == ERANGE || (double)v < f->min || (double)v > f->max)
         return out_of_range(f, name, value);
     *out = v;
     return true;
@@ -180,7 +180,7 @@ static const flag flags[] = {
     {"-c --ctx-size", "N", parse_int, AT(n_ctx), 0, 1 << 24, 0,
      "context size in tokens (default 4096, or the model's when smaller; 0: the model's)"},
     {"-t --threads", "N", parse_int, AT(n_threads), 0, 1024, 0, "threads (default 0: the physical cores)"},
-    {"-s --seed", "N", parse_llong, AT(seed), -1, 9.2e18, 0, "random seed (default -1: a new one each run, printed)"},
+    {"-s --seed", "N", parse_llong, AT(seed), -1, (double)LLONG_MAX, 0, "random seed (default -1: a new one each run, printed)"},
     {"--temp", "T", parse_float, SAMPLING(temperature), 0, 1e6, 0, "temperature (default 0.8; 0: greedy)"},
     {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, 0, "keep the N most likely tokens (default 40; 0: off)"},
     {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, 0,
