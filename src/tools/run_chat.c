@@ -152,15 +152,15 @@ int run_chat(const run_opts *o, const hydra_model *m, double load_start)
     if (rc == RUN_OK)
         gen_print_sampling(&c.g);
     gen_end end = GEN_LENGTH;
-    const char *user = first.text;
-    size_t len = first.len;
-    while (rc == RUN_OK && end != GEN_CONTEXT && (user != NULL || (user = read_line(&line, &cap)) != NULL)) {
-        if (strcmp(user, "/exit") == 0)
+    const char *pending = first.text; /* -p or -f: the first message */
+    while (rc == RUN_OK && end != GEN_CONTEXT) {
+        const char *user = pending ? pending : read_line(&line, &cap);
+        const size_t len = pending ? first.len : user ? strlen(user) : 0;
+        pending = NULL;
+        if (user == NULL || strcmp(user, "/exit") == 0)
             break;
-        if (len > 0 || (len = strlen(user)) > 0)
+        if (len > 0)
             rc = turn(&c, user, len, &end);
-        user = NULL;
-        len = 0;
     }
     if (c.g.session != NULL)
         gen_print_timing(&c.g);
