@@ -275,6 +275,23 @@ TEST(sampler_presence_and_frequency_penalties_subtract)
     CHECK_EQ_INT(tok, 1);
 }
 
+TEST(sampler_penalties_apply_once_per_token_however_often_it_repeats)
+{
+    /* Applied once: 2.0 / 1.2 = 1.67 and 2.0 - 0.2 = 1.8 stay above 1.5;
+     * applied per occurrence (three) they would fall below it. */
+    const float logits[2] = {2.0f, 1.5f};
+    const hydra_token thrice[3] = {0, 0, 0};
+    hydra_sampler_params p = hydra_sampler_default_params();
+    hydra_token tok;
+    p.repeat_penalty = 1.2f;
+    CHECK_OK(greedy_after(p, logits, 2, thrice, 3, &tok));
+    CHECK_EQ_INT(tok, 0);
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.2f;
+    CHECK_OK(greedy_after(p, logits, 2, thrice, 3, &tok));
+    CHECK_EQ_INT(tok, 0);
+}
+
 TEST(sampler_penalties_see_only_the_last_n_tokens)
 {
     const float logits[8] = {2.0f, 1.9f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
