@@ -131,6 +131,21 @@ static bool load_reference(const char *name, reference *ref)
     return ok;
 }
 
+/* hydra-run on a reference's model and prompt ids, then `extra`. */
+static bool run_on_reference(const char *name, const reference *ref, const char *extra, run_result *r)
+{
+    char model[512];
+    size_t cap = sizeof ref->prompt_arg + strlen(extra) + sizeof model + 64;
+    char *args = malloc(cap);
+    if (args == NULL)
+        return false;
+    snprintf(args, cap, "-m %s --prompt-tokens %s %s", shared_model(name, model, sizeof model), ref->prompt_arg,
+             extra);
+    bool ran = hydra_run(args, NULL, r);
+    free(args);
+    return ran;
+}
+
 /* ../shared/ref/README.md: KL(softmax(ref) || softmax(got)) per row in
  * double, averaged; top-1 agreement of the argmaxes. */
 static void log_softmax(const float *x, int n, double *out)
@@ -189,18 +204,13 @@ TEST(run_logits_out_matches_the_reference_within_tolerance)
     REQUIRE_SHARED();
     for (size_t k = 0; k < sizeof ref_models / sizeof ref_models[0]; k++) {
         static reference ref;
-        char model[512], out[4096], ref_path[512];
+        char out[4096], extra[4200], ref_path[512];
         CHECK(load_reference(ref_models[k], &ref));
         snprintf(out, sizeof out, "%s", util_scratch_path("gen-logits.f32"));
         remove(out);
-        size_t cap = sizeof ref.prompt_arg + 2 * sizeof out;
-        char *args = malloc(cap);
-        CHECK(args != NULL);
-        snprintf(args, cap, "-m %s --prompt-tokens %s --logits-out %s -n 0",
-                 shared_model(ref_models[k], model, sizeof model), ref.prompt_arg, out);
+        snprintf(extra, sizeof extra, "--logits-out %s -n 0", out);
         run_result r;
-        bool ran = hydra_run(args, NULL, &r);
-        free(args);
+        bool ran = run_on_reference(ref_models[k], &ref, extra, &r);
         int status = r.status;
         bool quiet = ran && r.out[0] == '\0';
         run_result_free(&r);
@@ -227,17 +237,9 @@ TEST(run_print_ids_is_the_reference_greedy_continuation)
     REQUIRE_SHARED();
     for (size_t k = 0; k < sizeof ref_models / sizeof ref_models[0]; k++) {
         static reference ref;
-        char model[512];
         CHECK(load_reference(ref_models[k], &ref));
-        size_t cap = sizeof ref.prompt_arg + 1024;
-        char *args = malloc(cap);
-        CHECK(args != NULL);
-        snprintf(args, cap, "-m %s --prompt-tokens %s -n %d --temp 0 --print-ids",
-                 shared_model(ref_models[k], model, sizeof model), ref.prompt_arg, N_GREEDY);
         run_result r;
-        bool ran = hydra_run(args, NULL, &r);
-        free(args);
-        CHECK(ran);
+        CHECK(run_on_reference(ref_models[k], &ref, "-n 32 --temp 0 --print-ids", &r));
         int ids[N_GREEDY + 1], n = 0, used = 0;
         for (const char *p = r.out; n <= N_GREEDY && sscanf(p, "%d%n", &ids[n], &used) == 1; p += used)
             n++;
@@ -411,14 +413,8 @@ TEST(run_text_generation_stops_at_an_end_of_generation_token)
     CHECK_OK(st);
     want[want_len] = '\n';
     want[want_len + 1] = '\0';
-    size_t cap = sizeof ref.prompt_arg + 1024;
-    char *args = malloc(cap);
-    CHECK(args != NULL);
-    snprintf(args, cap, "-m %s --prompt-tokens %s -n %d --temp 0", path, ref.prompt_arg, N_GREEDY);
     run_result r;
-    bool ran = hydra_run(args, NULL, &r);
-    free(args);
-    CHECK(ran);
+    CHECK(run_on_reference("mixtral-tiny-q4_0", &ref, "-n 32 --temp 0", &r));
     char evaluated[64];
     snprintf(evaluated, sizeof evaluated, "/ %5d tokens", eog); /* each printed token, none after */
     bool ok = r.status == 0 && strcmp(r.out, want) == 0 && has(r.err, evaluated);

@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 enum { MAX_VOCAB = 64 };
@@ -162,44 +163,43 @@ static bool keeps_ranks(const cands *c, const double *probs_by_rank, size_t n_ke
     return true;
 }
 
-TEST(sampler_top_p_keeps_the_shortest_run_reaching_p)
+/* Cases that each set one parameter (top_p or min_p) and must keep the
+ * `keep` most probable of five tokens, renormalised. */
+typedef struct cut_case {
+    float value;
+    size_t keep;
+} cut_case;
+
+static void check_cuts(test_ctx *t_, const double *probs, size_t field, const char *name, const cut_case *cases,
+                       size_t n_cases)
 {
-    static const double probs[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
-    static const struct {
-        float top_p;
-        size_t keep;
-    } cases[] = {{0.0f, 1}, {0.35f, 1}, {0.45f, 2}, {0.69f, 2}, {0.71f, 3}, {0.9f, 4}, {0.97f, 5}, {1.0f, 5}};
     float logits[5];
     ranked_logits(probs, logits);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < n_cases; i++) {
         hydra_sampler_params p = plain_params();
-        p.top_p = cases[i].top_p;
+        *(float *)((char *)&p + field) = cases[i].value;
         cands c;
         CHECK_OK(candidates_of(&p, logits, 5, &c));
         if (!keeps_ranks(&c, probs, cases[i].keep))
-            FAIL("top_p %g: kept %zu tokens, want the %zu most probable", (double)cases[i].top_p, c.n,
+            FAIL("%s %g: kept %zu tokens, want the %zu most probable", name, (double)cases[i].value, c.n,
                  cases[i].keep);
     }
+}
+
+TEST(sampler_top_p_keeps_the_shortest_run_reaching_p)
+{
+    static const double probs[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    static const cut_case cases[] = {{0.0f, 1}, {0.35f, 1}, {0.45f, 2}, {0.69f, 2},
+                                     {0.71f, 3}, {0.9f, 4},  {0.97f, 5}, {1.0f, 5}};
+    check_cuts(t_, probs, offsetof(hydra_sampler_params, top_p), "top_p", cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(sampler_min_p_keeps_tokens_above_a_fraction_of_the_largest)
 {
     static const double probs[5] = {0.5, 0.3, 0.12, 0.06, 0.02};
-    static const struct {
-        float min_p;
-        size_t keep;
-    } cases[] = {{0.0f, 5}, {0.03f, 5}, {0.05f, 4}, {0.2f, 3}, {0.25f, 2}, {0.59f, 2}, {0.61f, 1}, {1.0f, 1}};
-    float logits[5];
-    ranked_logits(probs, logits);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hydra_sampler_params p = plain_params();
-        p.min_p = cases[i].min_p;
-        cands c;
-        CHECK_OK(candidates_of(&p, logits, 5, &c));
-        if (!keeps_ranks(&c, probs, cases[i].keep))
-            FAIL("min_p %g: kept %zu tokens, want the %zu most probable", (double)cases[i].min_p, c.n,
-                 cases[i].keep);
-    }
+    static const cut_case cases[] = {{0.0f, 5}, {0.03f, 5}, {0.05f, 4},  {0.2f, 3},
+                                     {0.25f, 2}, {0.59f, 2}, {0.61f, 1}, {1.0f, 1}};
+    check_cuts(t_, probs, offsetof(hydra_sampler_params, min_p), "min_p", cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(sampler_top_p_measures_what_top_k_kept)
