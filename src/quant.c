@@ -11,6 +11,7 @@
  */
 #include "quant.h"
 
+#include "../kernels/cpu/quant_iq.h"
 #include "../kernels/cpu/quant_ref.h"
 #include "error.h"
 
@@ -49,20 +50,20 @@ static quant_traits table[QT_COUNT] = {
     WEIGHT(QT_IQ4_NL, "IQ4_NL", 32, 18, iq4_nl, QT_Q8_0),
     WEIGHT(QT_IQ4_XS, "IQ4_XS", 256, 136, iq4_xs, QT_Q8_K),
     WEIGHT(QT_MXFP4, "MXFP4", 32, 17, mxfp4, QT_Q8_0),
-    DESCRIBED(QT_IQ2_XXS, "IQ2_XXS", 256, 66),
-    DESCRIBED(QT_IQ2_XS, "IQ2_XS", 256, 74),
-    DESCRIBED(QT_IQ3_XXS, "IQ3_XXS", 256, 98),
-    DESCRIBED(QT_IQ1_S, "IQ1_S", 256, 50),
-    DESCRIBED(QT_IQ3_S, "IQ3_S", 256, 110),
-    DESCRIBED(QT_IQ2_S, "IQ2_S", 256, 82),
+    WEIGHT(QT_IQ2_XXS, "IQ2_XXS", 256, 66, iq2_xxs, QT_Q8_K),
+    WEIGHT(QT_IQ2_XS, "IQ2_XS", 256, 74, iq2_xs, QT_Q8_K),
+    WEIGHT(QT_IQ3_XXS, "IQ3_XXS", 256, 98, iq3_xxs, QT_Q8_K),
+    WEIGHT(QT_IQ1_S, "IQ1_S", 256, 50, iq1_s, QT_Q8_K),
+    WEIGHT(QT_IQ3_S, "IQ3_S", 256, 110, iq3_s, QT_Q8_K),
+    WEIGHT(QT_IQ2_S, "IQ2_S", 256, 82, iq2_s, QT_Q8_K),
     DESCRIBED(QT_I8, "I8", 1, 1),
     DESCRIBED(QT_I16, "I16", 1, 2),
     DESCRIBED(QT_I32, "I32", 1, 4),
     DESCRIBED(QT_I64, "I64", 1, 8),
     DESCRIBED(QT_F64, "F64", 1, 8),
-    DESCRIBED(QT_IQ1_M, "IQ1_M", 256, 56),
-    DESCRIBED(QT_TQ1_0, "TQ1_0", 256, 54),
-    DESCRIBED(QT_TQ2_0, "TQ2_0", 256, 66),
+    WEIGHT(QT_IQ1_M, "IQ1_M", 256, 56, iq1_m, QT_Q8_K),
+    WEIGHT(QT_TQ1_0, "TQ1_0", 256, 54, tq1_0, QT_Q8_K),
+    WEIGHT(QT_TQ2_0, "TQ2_0", 256, 66, tq2_0, QT_Q8_K),
     /* NVFP4: 64 values = 4 FP8 (UE4M3) scales of 16 values + 32 bytes of nibbles. */
     DESCRIBED(QT_NVFP4, "NVFP4", 64, 36),
     /* Q1_0 / Q2_0: newer ggml types; only their bits per value (1.125, 2.25)

@@ -177,7 +177,7 @@ TEST(quant_vec_dot_ref_matches_dot_of_dequantised_rows)
                 FAIL("%s", err);
         }
     }
-    CHECK_EQ_INT(types, 16);
+    CHECK_EQ_INT(types, 25);
 }
 
 /* The same on blocks llama-quantize wrote: every row of the shared 3-D
