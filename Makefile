@@ -32,13 +32,14 @@ LIB_SRC   := $(wildcard src/*.c kernels/cpu/*.c model/*.c)
 RUN_SRC   := $(wildcard src/tools/*.c)
 TOOL_SRC  := $(RUN_SRC) bench/mkmodel.c bench/bench.c
 TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
+SERVE_SRC := $(wildcard server/*.c)
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB_SO  := $(BUILD)/libhydra.so
 LIB_A   := $(BUILD)/libhydra.a
-TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel $(BUILD)/hydra-bench
+TOOLS   := $(BUILD)/hydra-run $(BUILD)/hydra-mkmodel $(BUILD)/hydra-bench $(BUILD)/hydra-serve
 TESTBIN := $(BUILD)/hydra-test
 
 .PHONY: all run test fuzz install clean
@@ -65,6 +66,10 @@ $(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
 
 $(BUILD)/hydra-bench: $(BUILD)/obj/bench/bench.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The server reuses hydra-run's stop-string filter (src/tools/run_stop.c).
+$(BUILD)/hydra-serve: $(SERVE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/src/tools/run_stop.o $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -luv -lhttp_parser -lcjson -lxxhash
 
 $(TESTBIN): $(TEST_OBJ) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcjson

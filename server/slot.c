@@ -1,0 +1,157 @@
+/*
+ * slot.c — one slot serving one request: its session (the KV cache), and
+ * for the request a sampler, a streaming detokenizer and the stop-string
+ * filter.  After each evaluation the slot samples a token, turns it into
+ * text (whole UTF-8 characters, stop strings held back and cut) and posts
+ * it; the engine evaluates that token in its next step.  As in hydra-run,
+ * the last token sampled is never evaluated: nothing reads its logits.
+ */
+#include "slot.h"
+
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+hydra_status slot_init(slot *s, int id, const hydra_model *m, const hydra_session_params *sp)
+{
+    *s = (slot){.id = id};
+    hydra_status st = hydra_session_create(&s->session, m, sp);
+    if (st != HYDRA_OK)
+        return st;
+    s->n_ctx = hydra_session_n_ctx(s->session);
+    s->tokens = malloc(sizeof *s->tokens * s->n_ctx);
+    s->hashes = malloc(sizeof *s->hashes * (s->n_ctx / CACHE_BLOCK + 1));
+    if (s->tokens == NULL || s->hashes == NULL) {
+        slot_free(s);
+        return HYDRA_ERR_NOMEM;
+    }
+    return HYDRA_OK;
+}
+
+static void release(slot *s)
+{
+    hydra_sampler_free(s->sampler);
+    hydra_detokenizer_free(s->detok);
+    stop_filter_free(&s->stop);
+    s->sampler = NULL;
+    s->detok = NULL;
+    s->task = NULL;
+    s->state = SLOT_IDLE;
+    s->last_used = serve_now_ms();
+}
+
+void slot_free(slot *s)
+{
+    release(s);
+    hydra_session_free(s->session);
+    free(s->tokens);
+    free(s->hashes);
+    *s = (slot){0};
+}
+
+void slot_fail(slot *s, outbox *ob, int status, const char *fmt, ...)
+{
+    char message[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    metrics_finished(FINISH_ERROR);
+    outbox_fail(ob, s->task, status, "%s", message);
+    release(s);
+}
+
+void slot_begin(slot *s, const hydra_model *m, srv_task *t, size_t n_cached, outbox *ob)
+{
+    s->task = t;
+    s->t_begin = serve_now_ms();
+    s->result = (task_out){.slot = s->id, .timings = {.n_prompt = (int)t->n_prompt, .n_cached = (int)n_cached}};
+    hydra_status st = hydra_sampler_new(&t->gen.sampling, (int32_t)hydra_session_n_vocab(s->session), &s->sampler);
+    if (st == HYDRA_OK)
+        st = hydra_detokenizer_new(m, false, t->gen.text_start, &s->detok);
+    if (st != HYDRA_OK) {
+        slot_fail(s, ob, st == HYDRA_ERR_NOMEM ? 503 : 400, "%s", hydra_last_error());
+        return;
+    }
+    /* the penalties look back over the prompt too, as in llama.cpp */
+    for (size_t i = 0; i < t->n_prompt; i++)
+        hydra_sampler_accept(s->sampler, t->prompt[i]);
+    stop_filter_init(&s->stop, (const char *const *)t->gen.stops, t->gen.n_stops);
+    s->state = SLOT_PREFILL;
+    s->feed = t->prompt + n_cached;
+    s->n_feed = t->n_prompt - n_cached;
+}
+
+/* Text of one token through the detokenizer and the stop filter. */
+static bool emit_token(slot *s, hydra_token tok, outbox *ob)
+{
+    const char *text, *pass;
+    size_t len, pass_len;
+    if (hydra_detokenizer_push(s->detok, tok, &text, &len) != HYDRA_OK ||
+        stop_filter_push(&s->stop, text, len, &pass, &pass_len) != HYDRA_OK)
+        return false;
+    outbox_text(ob, s->task, pass, pass_len, 1);
+    return true;
+}
+
+void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob)
+{
+    srv_task *t = s->task;
+    task_timings *tm = &s->result.timings;
+    const double now = serve_now_ms();
+    if (s->state == SLOT_PREFILL) {
+        s->state = SLOT_GENERATE;
+        tm->prompt_ms = now - s->t_begin;
+        metrics_prompt(tm->n_prompt - tm->n_cached, tm->n_cached);
+    }
+    hydra_token tok;
+    if (hydra_sampler_sample(s->sampler, hydra_session_logits(s->session), &tok) != HYDRA_OK) {
+        slot_fail(s, ob, 500, "sampling: %s", hydra_last_error());
+        return;
+    }
+    if (tm->n_predicted++ == 0) {
+        s->t_first = now;
+        metrics_first_token((now - t->t_submit) / 1e3);
+    } else {
+        metrics_next_token((now - s->t_last) / 1e3);
+    }
+    s->t_last = now;
+    if (hydra_token_is_eog(m, tok)) {
+        outbox_text(ob, t, "", 0, 1);
+        slot_end(s, FINISH_STOP, ob);
+        return;
+    }
+    if (!emit_token(s, tok, ob)) {
+        slot_fail(s, ob, 500, "detokenizing token %d: %s", (int)tok, hydra_last_error());
+        return;
+    }
+    if (s->stop.stopped)
+        slot_end(s, FINISH_STOP, ob);
+    else if ((t->gen.n_predict >= 0 && tm->n_predicted >= t->gen.n_predict) || s->n_tokens >= s->n_ctx)
+        slot_end(s, FINISH_LENGTH, ob); /* max_tokens, or no room to evaluate the token */
+    else
+        s->next = tok;
+}
+
+void slot_end(slot *s, finish_kind finish, outbox *ob)
+{
+    srv_task *t = s->task;
+    if (finish == FINISH_STOP || finish == FINISH_LENGTH) {
+        const char *text, *pass;
+        size_t len, pass_len;
+        hydra_detokenizer_flush(s->detok, &text, &len);
+        if (stop_filter_push(&s->stop, text, len, &pass, &pass_len) == HYDRA_OK)
+            outbox_text(ob, t, pass, pass_len, 0);
+        stop_filter_flush(&s->stop, &pass, &pass_len);
+        outbox_text(ob, t, pass, pass_len, 0);
+        if (s->stop.stopped)
+            finish = FINISH_STOP; /* the held tail completed a stop string */
+    }
+    if (s->result.timings.n_predicted > 0)
+        s->result.timings.predicted_ms = s->t_last - s->t_first;
+    metrics_finished(finish);
+    outbox_done(ob, t, finish, &s->result);
+    release(s);
+}

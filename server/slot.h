@@ -1,0 +1,127 @@
+/*
+ * slot.h — the engine's inside: a slot (one KV cache and the request it
+ * serves), the prompt cache over the slots' tokens, slot files, and the
+ * outbox that carries output to the loop thread.  Engine thread only,
+ * except the outbox.
+ */
+#ifndef HYDRA_SERVE_SLOT_H
+#define HYDRA_SERVE_SLOT_H
+
+#include "serve.h"
+#include "task.h"
+#include "tools/run.h" /* stop_filter: the CLI's stop-string filter (src/tools/run_stop.c) */
+
+#include <pthread.h>
+#include <uv.h>
+
+/* ------------------------------------------------------------ outbox.c */
+
+/* Output from the engine thread to the loop: tasks with something new, a
+ * lock over their task_out, and an async handle that wakes the loop. */
+typedef struct outbox {
+    pthread_mutex_t lock;
+    srv_task *ready;
+    uv_async_t async;
+} outbox;
+
+/* Loop thread. */
+int outbox_init(outbox *ob, uv_loop_t *loop);
+void outbox_close(outbox *ob); /* closes the async handle; the outbox must live until its close callback */
+
+/* Engine thread: text (and n_new generated tokens) for t. */
+void outbox_text(outbox *ob, srv_task *t, const char *text, size_t len, int n_new);
+/* Engine thread: t is finished; the last touch of t by the engine.
+ * result: NULL, or the timings and slot results to hand over (its text,
+ * error and flags are ignored). */
+void outbox_done(outbox *ob, srv_task *t, finish_kind finish, const task_out *result);
+/* Engine thread: finished with an error (status, message). */
+void outbox_fail(outbox *ob, srv_task *t, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Loop thread: calls on_output of every task with something new (what the
+ * async handle's callback does). */
+void outbox_drain(outbox *ob);
+
+/* Loop thread: see engine_take. */
+void outbox_take(outbox *ob, srv_task *t, sbuf *text, task_out *out);
+
+/* ------------------------------------------------------------ slot.c */
+
+typedef enum slot_state { SLOT_IDLE, SLOT_PREFILL, SLOT_GENERATE } slot_state;
+
+typedef struct slot {
+    int id;
+    hydra_session *session;
+    uint32_t n_ctx;
+    /* the cache: the tokens whose keys and values the session holds, and
+     * the chained hashes of their whole blocks (cache.c) */
+    hydra_token *tokens;
+    size_t n_tokens;
+    uint64_t *hashes;
+    double last_used;
+    /* the request being served */
+    srv_task *task;
+    slot_state state;
+    const hydra_token *feed; /* prefill: what is left to evaluate */
+    size_t n_feed;
+    hydra_token next;        /* generating: the sampled token, evaluated next step */
+    hydra_sampler *sampler;
+    hydra_detokenizer *detok;
+    stop_filter stop;
+    task_out result;         /* timings so far, handed over at the end */
+    double t_begin, t_first, t_last;
+} slot;
+
+hydra_status slot_init(slot *s, int id, const hydra_model *m, const hydra_session_params *sp);
+void slot_free(slot *s);
+
+/* Starts serving t; the slot's cache holds t's first n_cached prompt tokens
+ * (cache_choose made it so).  On failure t is finished with an error. */
+void slot_begin(slot *s, const hydra_model *m, srv_task *t, size_t n_cached, outbox *ob);
+
+/* Tokens were evaluated: the prompt's last one, or the sampled one.  Samples
+ * the next token, posts its text, finishes on an end, a stop string,
+ * max_tokens or a full context. */
+void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob);
+
+/* Ends the request (with its remaining text unless cancelled) and frees the slot. */
+void slot_end(slot *s, finish_kind finish, outbox *ob);
+
+/* Ends the request with an error (status, message) and frees the slot. */
+void slot_fail(slot *s, outbox *ob, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ------------------------------------------------------------ cache.c */
+
+/* Tokens per hashed block.  Small enough that a conversation's shared
+ * prefix is found to within a few tokens; the rest is compared token by
+ * token. */
+enum { CACHE_BLOCK = 16 };
+
+/* The chained XXH64 hashes of the whole blocks of t[0, n): n / CACHE_BLOCK
+ * of them into out. */
+size_t cache_hashes(const hydra_token *t, size_t n, uint64_t *out);
+
+/* The slot's cache gains t[0, n) (evaluated at its next positions). */
+void cache_append(slot *s, const hydra_token *t, size_t n);
+
+/* The slot's cache keeps its first n tokens (the session too). */
+void cache_truncate(slot *s, size_t n);
+
+/* The idle slot whose cache shares the longest prefix with prompt[0, n)
+ * (least recently used among equals), or NULL when none is idle.  *shared:
+ * the tokens shared.  hashes: cache_hashes of the prompt. */
+slot *cache_choose(slot *slots, int n_slots, const hydra_token *prompt, size_t n, const uint64_t *hashes,
+                   size_t *shared);
+
+/* ------------------------------------------------------------ slotfile.c */
+
+/* Writes tokens[0, n) to path (a new file, replaced atomically); *bytes the
+ * file's size.  HYDRA_OK, or a status with a message. */
+hydra_status slotfile_save(const char *path, uint64_t model_hash, const hydra_token *tokens, size_t n,
+                           long long *bytes);
+
+/* Reads a slot file: its tokens (malloc'd) if it is well-formed, its
+ * checksum holds, it was saved from this model and fits max_tokens. */
+hydra_status slotfile_load(const char *path, uint64_t model_hash, size_t max_tokens, int32_t n_vocab,
+                           hydra_token **tokens, size_t *n, long long *bytes);
+
+#endif
