@@ -245,8 +245,18 @@ HYDRA_API void hydra_session_clear(hydra_session *session);
 
 /* Keeps the first n_past positions and forgets the rest, so a client can
  * rewind (n_past <= hydra_session_n_past, else HYDRA_ERR_RANGE).  The
- * kept positions are not recomputed. */
+ * kept positions are not recomputed.  A model with sliding-window layers
+ * (gpt-oss) keeps only their window plus one step (n_batch) of positions
+ * there: rewinding further back than n_batch positions from the furthest
+ * position evaluated fails with HYDRA_ERR_RANGE, changing nothing (clear
+ * and evaluate again). */
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *session, uint32_t n_past);
+
+/* Bytes of the session's KV cache, every layer: n_ctx rows per layer of
+ * the K and V rows the architecture caches (MLA: the compressed latent and
+ * the RoPE key, kv_lora_rank + rope dims per position), fewer for
+ * sliding-window layers. */
+HYDRA_API uint64_t hydra_session_kv_bytes(const hydra_session *session);
 
 /* -------------------------------------------------------------- tokenizer */
 

@@ -33,7 +33,23 @@ const arch_tensor_spec arch_tensor_specs[W_COUNT] = {
     [W_SHEXP_GATE] = {"blk.%d.ffn_gate_shexp.weight", {D_EMBD, D_FF_SHEXP, D_1}, TK_MATRIX},
     [W_SHEXP_UP] = {"blk.%d.ffn_up_shexp.weight", {D_EMBD, D_FF_SHEXP, D_1}, TK_MATRIX},
     [W_SHEXP_DOWN] = {"blk.%d.ffn_down_shexp.weight", {D_FF_SHEXP, D_EMBD, D_1}, TK_MATRIX},
+    [W_ATTN_OUT_BIAS] = {"blk.%d.attn_output.bias", {D_EMBD, D_1, D_1}, TK_VECTOR},
+    [W_ATTN_SINKS] = {"blk.%d.attn_sinks.weight", {D_HEADS, D_1, D_1}, TK_VECTOR},
+    [W_ATTN_Q_A] = {"blk.%d.attn_q_a.weight", {D_EMBD, D_Q_LORA, D_1}, TK_MATRIX},
+    [W_ATTN_Q_A_NORM] = {"blk.%d.attn_q_a_norm.weight", {D_Q_LORA, D_1, D_1}, TK_VECTOR},
+    [W_ATTN_Q_B] = {"blk.%d.attn_q_b.weight", {D_Q_LORA, D_Q, D_1}, TK_MATRIX},
+    [W_ATTN_KV_A_MQA] = {"blk.%d.attn_kv_a_mqa.weight", {D_EMBD, D_KV_A, D_1}, TK_MATRIX},
+    [W_ATTN_KV_A_NORM] = {"blk.%d.attn_kv_a_norm.weight", {D_KV_LORA, D_1, D_1}, TK_VECTOR},
+    [W_ATTN_K_B] = {"blk.%d.attn_k_b.weight", {D_HEAD_NOPE, D_KV_LORA, D_HEADS}, TK_MATRIX},
+    [W_ATTN_V_B] = {"blk.%d.attn_v_b.weight", {D_KV_LORA, D_HEAD_V, D_HEADS}, TK_MATRIX},
+    [W_MOE_ROUTER_BIAS] = {"blk.%d.ffn_gate_inp.bias", {D_EXPERT, D_1, D_1}, TK_VECTOR},
+    [W_MOE_PROBS_BIAS] = {"blk.%d.exp_probs_b.bias", {D_EXPERT, D_1, D_1}, TK_VECTOR},
+    [W_MOE_GATE_BIAS] = {"blk.%d.ffn_gate_exps.bias", {D_FF_EXP, D_EXPERT, D_1}, TK_VECTOR},
+    [W_MOE_UP_BIAS] = {"blk.%d.ffn_up_exps.bias", {D_FF_EXP, D_EXPERT, D_1}, TK_VECTOR},
+    [W_MOE_DOWN_BIAS] = {"blk.%d.ffn_down_exps.bias", {D_EMBD, D_EXPERT, D_1}, TK_VECTOR},
 };
+
+const char *const arch_rope_scaling_names[] = {"none", "linear", "yarn", NULL};
 
 /* Optional keys get their defaults in src/weights.c (hparams_defaults). */
 const arch_key arch_common_keys[] = {
@@ -53,6 +69,17 @@ const arch_key arch_common_keys[] = {
     ARCH_KEY("expert_weights_norm", expert_weights_norm, KEY_BOOL, false),
     ARCH_KEY("expert_weights_scale", expert_weights_scale, KEY_F32, false),
     ARCH_KEY("leading_dense_block_count", n_layer_dense_lead, KEY_U32, false),
+    ARCH_KEY("expert_gating_func", gating, KEY_U32, false),
+    ARCH_KEY("expert_group_count", n_expert_group, KEY_U32, false),
+    ARCH_KEY("expert_group_used_count", n_expert_group_used, KEY_U32, false),
+    ARCH_KEY("expert_shared_count", n_expert_shared, KEY_U32, false),
+    ARCH_KEY("attention.sliding_window", n_swa, KEY_U32, false),
+    ARCH_KEY_ENUM("rope.scaling.type", rope_scaling, arch_rope_scaling_names),
+    ARCH_KEY("rope.scaling.factor", rope_scaling_factor, KEY_F32, false),
+    ARCH_KEY("rope.scaling.original_context_length", n_ctx_orig, KEY_U32, false),
+    ARCH_KEY("rope.scaling.yarn_beta_fast", yarn_beta_fast, KEY_F32, false),
+    ARCH_KEY("rope.scaling.yarn_beta_slow", yarn_beta_slow, KEY_F32, false),
+    ARCH_KEY("rope.scaling.yarn_log_multiplier", yarn_log_mul, KEY_F32, false),
 };
 const size_t arch_n_common_keys = sizeof arch_common_keys / sizeof arch_common_keys[0];
 
@@ -60,6 +87,8 @@ static const arch_desc *const registry[] = {
     &arch_qwen3moe,
     &arch_llama,
     &arch_qwen2moe,
+    &arch_deepseek2,
+    &arch_gptoss,
 };
 enum { N_ARCHS = sizeof registry / sizeof registry[0] };
 

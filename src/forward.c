@@ -4,18 +4,20 @@
  *
  *   x = embed(tokens)
  *   for each layer:
- *       x += attention(rmsnorm(x))       Q/K/V (+ biases), QK-norm, RoPE,
- *                                        K/V into the cache, causal GQA,
- *                                        output projection
+ *       x += attention(rmsnorm(x))       Q/K/V (+ biases), QK-norm, RoPE
+ *                                        (+ YaRN), K/V into the cache,
+ *                                        causal GQA (sliding window, sinks),
+ *                                        output projection (+ bias)
  *       x += ffn(rmsnorm(x))             MoE (router, top-k, experts,
  *                                        shared expert) or dense SwiGLU
  *   logits = output(rmsnorm(x))
  *
- * What an architecture has decides what runs: a bias, a QK-norm gain or a
- * shared expert is applied when the descriptor bound it; a descriptor's
- * attention hook replaces the generic GQA attention (MLA).  Rows of the batch
- * are independent except in attention, where token t sees positions up to
- * its own.
+ * What an architecture has decides what runs: a bias, a QK-norm gain, a
+ * sink or a shared expert is applied when the descriptor bound it, a window
+ * when the layer has one; a descriptor's attention hook replaces the
+ * generic GQA attention (MLA, model/mla.c) and reuses its cache reader
+ * (fwd_attend).  Rows of the batch are independent except in attention,
+ * where token t sees positions up to its own.
  */
 #include "forward.h"
 
@@ -31,7 +33,26 @@
 
 /* --- buffers */
 
-hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx)
+/* A sliding layer's ring: the window, plus the rest of a step's positions,
+ * which are written before the step's first row reads its window. */
+static int64_t layer_slots(uint32_t window, int64_t n_ctx, int64_t n_batch)
+{
+    if (window == 0 || (int64_t)window + n_batch - 1 >= n_ctx)
+        return n_ctx;
+    return (int64_t)window + n_batch - 1;
+}
+
+static void *alloc_rows(int64_t n, size_t row_bytes, bool *ok)
+{
+    if (row_bytes == 0)
+        return NULL;
+    /* calloc: untouched pages of a long context cost no memory until used */
+    void *p = (size_t)n > SIZE_MAX / row_bytes ? NULL : calloc((size_t)n, row_bytes);
+    *ok = *ok && p != NULL;
+    return p;
+}
+
+hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch)
 {
     memset(kv, 0, sizeof *kv);
     const arch_hparams *hp = &w->hp;
@@ -39,33 +60,57 @@ hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_
     if (es == 0)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "KV cache type %u: only F16 and F32 are supported", type);
     size_t k_elems = (size_t)hp->n_head_kv * hp->head_dim_k, v_elems = (size_t)hp->n_head_kv * hp->head_dim_v;
-    if (w->arch->kv_row_elems != NULL)
-        w->arch->kv_row_elems(hp, &k_elems, &v_elems);
+    if (w->arch->attention != NULL)
+        w->arch->attention->kv_row_elems(hp, &k_elems, &v_elems);
     kv->type = type;
     kv->n_ctx = n_ctx;
     kv->k_row_bytes = k_elems * es;
     kv->v_row_bytes = v_elems * es;
-    const size_t positions = (size_t)hp->n_layer * (size_t)n_ctx;
-    if (positions / hp->n_layer != (size_t)n_ctx || positions > SIZE_MAX / (kv->k_row_bytes + kv->v_row_bytes))
-        return hydra_fail(HYDRA_ERR_NOMEM, "KV cache of %lld positions x %u layers overflows", (long long)n_ctx,
-                          hp->n_layer);
-    /* calloc: untouched pages of a long context cost no memory until used */
-    kv->k = calloc(positions, kv->k_row_bytes);
-    kv->v = calloc(positions, kv->v_row_bytes);
-    if (kv->k == NULL || kv->v == NULL) {
+    kv->layer = calloc(hp->n_layer, sizeof *kv->layer);
+    if (kv->layer == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "KV cache of %u layers", hp->n_layer);
+    kv->n_layer = hp->n_layer;
+    bool ok = true;
+    for (uint32_t l = 0; l < hp->n_layer && ok; l++) {
+        kv_layer *layer = &kv->layer[l];
+        layer->window = w->layer[l].window;
+        layer->n_slots = layer_slots(layer->window, n_ctx, n_batch);
+        layer->k = alloc_rows(layer->n_slots, kv->k_row_bytes, &ok);
+        layer->v = alloc_rows(layer->n_slots, kv->v_row_bytes, &ok);
+        kv->n_bytes += (uint64_t)layer->n_slots * (kv->k_row_bytes + kv->v_row_bytes);
+    }
+    if (!ok) {
         kv_free(kv);
         return hydra_fail(HYDRA_ERR_NOMEM, "KV cache of %lld positions x %u layers (%zu bytes per position)",
-                          (long long)n_ctx, hp->n_layer, kv->k_row_bytes + kv->v_row_bytes);
+                          (long long)n_ctx, hp->n_layer, k_elems * es + v_elems * es);
     }
     return HYDRA_OK;
 }
 
 void kv_free(kv_cache *kv)
 {
-    free(kv->k);
-    free(kv->v);
+    for (uint32_t l = 0; l < kv->n_layer; l++) {
+        free(kv->layer[l].k);
+        free(kv->layer[l].v);
+    }
+    free(kv->layer);
     memset(kv, 0, sizeof *kv);
 }
+
+bool kv_can_resume(const kv_cache *kv, int64_t n_past)
+{
+    for (uint32_t l = 0; l < kv->n_layer; l++) {
+        const kv_layer *layer = &kv->layer[l];
+        /* position n_past reads [n_past - window + 1, n_past - 1]; the ring
+         * holds [n_written - n_slots, n_written - 1] */
+        const int64_t oldest_read = n_past - layer->window + 1 > 0 ? n_past - layer->window + 1 : 0;
+        if (layer->n_slots < kv->n_ctx && n_past > 0 && oldest_read < kv->n_written - layer->n_slots)
+            return false;
+    }
+    return true;
+}
+
+static fwd_attn_geom gqa_geom(const arch_hparams *hp, const layer_weights *lw, uint32_t kv_type);
 
 static float *alloc_floats(size_t n, bool *ok)
 {
@@ -79,8 +124,10 @@ hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, i
     memset(f, 0, sizeof *f);
     const arch_hparams *hp = &w->hp;
     const size_t nb = (size_t)n_batch;
+    const arch_attention *hook = w->arch->attention;
     f->n_batch = n_batch;
     f->n_ctx = n_ctx;
+    f->n_threads = n_threads;
     bool ok = true;
     f->x = alloc_floats(nb * hp->n_embd, &ok);
     f->xn = alloc_floats(nb * hp->n_embd, &ok);
@@ -91,9 +138,11 @@ hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, i
     f->sub = alloc_floats(nb * hp->n_embd, &ok);
     f->rope = alloc_floats(nb * hp->n_rot, &ok);
     f->kern = op_kernels_best();
-    f->scores_per_thread = op_attention_scratch((int)(hp->n_head / hp->n_head_kv), n_ctx, (int)hp->head_dim_k,
-                                                (int)hp->head_dim_v);
-    f->scores = alloc_floats((size_t)n_threads * f->scores_per_thread, &ok);
+    if (hook == NULL) {
+        const fwd_attn_geom g = gqa_geom(hp, NULL, 0);
+        f->scores_per_thread = fwd_attend_scratch(&g, n_ctx);
+        f->scores = alloc_floats((size_t)n_threads * f->scores_per_thread, &ok);
+    }
     f->router = alloc_floats(nb * hp->n_expert, &ok);
     f->shexp_gate = alloc_floats(nb, &ok);
     f->routes = malloc(sizeof(moe_route) * (nb * hp->n_expert_used + 1));
@@ -107,8 +156,13 @@ hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, i
         st = act_init(&f->att_act, w, (int64_t)hp->n_head * hp->head_dim_v, n_batch);
     if (st == HYDRA_OK)
         st = moe_scratch_init(&f->moe, w, n_batch);
-    if (st != HYDRA_OK)
-        fwd_free(f);
+    if (st == HYDRA_OK && hook != NULL) {
+        f->attn_free = hook->free;
+        st = hook->init(&f->attn_state, w, n_batch, n_ctx, n_threads);
+    }
+    if (st == HYDRA_OK)
+        return HYDRA_OK;
+    fwd_free(f);
     return st;
 }
 
@@ -126,6 +180,8 @@ void fwd_free(fwd_scratch *f)
     free(f->router);
     free(f->shexp_gate);
     free(f->routes);
+    if (f->attn_state != NULL)
+        f->attn_free(f->attn_state);
     act_free(&f->xn_act);
     act_free(&f->att_act);
     moe_scratch_free(&f->moe);
@@ -148,8 +204,7 @@ static void rmsnorm_rows(const float *x, const wtensor *gain, float eps, int64_t
         op_rmsnorm(y + t * n, x + t * n, wt_f32(gain), n, eps);
 }
 
-/* y[t] = W . x[t] (+ bias) for every row of x. */
-static void project(thread_pool *pool, const wtensor *wt, const wtensor *bias, act_set *x, float *y)
+void fwd_project(thread_pool *pool, const wtensor *wt, const wtensor *bias, act_set *x, float *y)
 {
     size_t stride;
     const void *xq = act_for(x, pool, wt->type, &stride);
@@ -165,7 +220,97 @@ static void add_rows(float *x, const float *d, int64_t n)
     op_axpy(x, 1.0f, d, n);
 }
 
-/* --- attention */
+/* --- attention over the cache */
+
+static int min_int(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+size_t fwd_attend_scratch(const fwd_attn_geom *g, int64_t n_ctx)
+{
+    const int per_item = min_int(g->n_head / g->n_head_kv, FWD_ATTN_HEADS_PER_ITEM);
+    return op_attention_scratch(per_item, n_ctx, g->head_dim_k, g->head_dim_v);
+}
+
+typedef struct attn_job {
+    const fwd_attn_geom *g;
+    const kv_cache *kv;
+    const kv_layer *layer;
+    const op_kernels *kern;
+    const float *q;
+    float *out;
+    float *scratch;
+    size_t scratch_per_thread;
+    int64_t pos0, n;
+    int per_item, n_chunks; /* query heads of a KV head split into n_chunks items of up to per_item */
+    _Atomic int64_t next;
+} attn_job;
+
+/* The positions the query at pos sees: the last `window` (0: all) up to
+ * itself, as llama.cpp masks them (a key at p0 is hidden when
+ * pos - p0 >= window).  Sets the first one's cache row. */
+static int64_t visible(const kv_layer *layer, int64_t pos, int64_t *first_slot)
+{
+    int64_t n_kv = pos + 1;
+    if (layer->window > 0 && n_kv > layer->window)
+        n_kv = layer->window;
+    *first_slot = (pos - n_kv + 1) % layer->n_slots;
+    return n_kv;
+}
+
+/* Work items are (row, KV head, chunk of its query heads), claimed one at a
+ * time: later rows see more positions, so a static split would leave
+ * threads idle.  Each item serves its query heads together, so a cache row
+ * is read once for all of them. */
+static void attn_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)n_threads;
+    attn_job *job = ctx;
+    const fwd_attn_geom *g = job->g;
+    const kv_cache *kv = job->kv;
+    const kv_layer *layer = job->layer;
+    const int group = g->n_head / g->n_head_kv;
+    const int64_t per_row = (int64_t)g->n_head_kv * job->n_chunks;
+    float *scratch = job->scratch + (size_t)thread_idx * job->scratch_per_thread;
+    for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->n * per_row;) {
+        const int64_t t = i / per_row;
+        const int kvh = (int)(i % per_row) / job->n_chunks, chunk = (int)(i % per_row) % job->n_chunks;
+        const int h0 = kvh * group + chunk * job->per_item;
+        const int n_q = min_int(job->per_item, group - chunk * job->per_item);
+        const uint8_t *v_base = g->v_in_k ? layer->k : layer->v;
+        attn_args a = {
+            .head_dim_k = g->head_dim_k,
+            .head_dim_v = g->head_dim_v,
+            .scale = g->scale,
+            .kv_type = kv->type,
+            .k = layer->k + (size_t)kvh * g->k_head_bytes,
+            .k_stride = kv->k_row_bytes,
+            .v = v_base + (size_t)kvh * g->v_head_bytes,
+            .v_stride = g->v_in_k ? kv->k_row_bytes : kv->v_row_bytes,
+            .n_slots = layer->n_slots,
+            .sinks = g->sinks ? g->sinks + h0 : NULL,
+        };
+        a.n_kv = visible(layer, job->pos0 + t, &a.first);
+        const size_t head0 = (size_t)t * g->n_head + (size_t)h0;
+        op_attention_group(job->kern, job->q + head0 * g->head_dim_k, n_q, &a, scratch,
+                           job->out + head0 * g->head_dim_v);
+    }
+}
+
+void fwd_attend(const fwd_layer *c, const fwd_attn_geom *g, const float *q, float *out, float *scratch,
+                size_t scratch_per_thread)
+{
+    const int group = g->n_head / g->n_head_kv;
+    const int per_item = min_int(group, FWD_ATTN_HEADS_PER_ITEM);
+    attn_job job = {.g = g, .kv = c->kv, .layer = &c->kv->layer[c->layer], .kern = c->f->kern, .q = q, .out = out,
+                    .scratch = scratch, .scratch_per_thread = scratch_per_thread, .pos0 = c->pos0, .n = c->n,
+                    .per_item = per_item, .n_chunks = (group + per_item - 1) / per_item};
+    atomic_init(&job.next, 0);
+    pool_run(c->pool, attn_task, &job);
+}
+
+/* --- the generic attention */
 
 /* Per head of one row: QK-norm (when the layer has it), then RoPE. */
 static void prepare_heads(float *row, int n_heads, int head_dim, const wtensor *norm, float eps, const float *cs,
@@ -179,90 +324,57 @@ static void prepare_heads(float *row, int n_heads, int head_dim, const wtensor *
     }
 }
 
-typedef struct attn_job {
-    const arch_hparams *hp;
-    const kv_cache *kv;
-    const op_kernels *kern;
-    const uint8_t *k_layer, *v_layer;
-    const float *q;
-    float *att;
-    float *scratch;
-    size_t scratch_per_thread;
-    int64_t pos0, n;
-    _Atomic int64_t next;
-} attn_job;
-
-/* Work items are (row, KV head) pairs, claimed one at a time: later rows
- * see more positions, so a static split would leave threads idle.  Each
- * item serves the query heads of its KV head together, so a cache row is
- * read once for all of them. */
-static void attn_task(void *ctx, int thread_idx, int n_threads)
+/* Heads as the generic attention caches them: a row holds every KV head's
+ * key (value) after the other's. */
+static fwd_attn_geom gqa_geom(const arch_hparams *hp, const layer_weights *lw, uint32_t kv_type)
 {
-    (void)n_threads;
-    attn_job *job = ctx;
-    const arch_hparams *hp = job->hp;
-    const int group = (int)(hp->n_head / hp->n_head_kv);
-    const size_t es = op_kv_elem_size(job->kv->type);
-    float *scratch = job->scratch + (size_t)thread_idx * job->scratch_per_thread;
-    const int64_t items = job->n * hp->n_head_kv;
-    for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < items;) {
-        const int64_t t = i / hp->n_head_kv;
-        const int g = (int)(i % hp->n_head_kv);
-        const attn_args a = {
-            .head_dim_k = (int)hp->head_dim_k,
-            .head_dim_v = (int)hp->head_dim_v,
-            .scale = 1.0f / sqrtf((float)hp->head_dim_k),
-            .kv_type = job->kv->type,
-            .k = job->k_layer + (size_t)g * hp->head_dim_k * es,
-            .k_stride = job->kv->k_row_bytes,
-            .v = job->v_layer + (size_t)g * hp->head_dim_v * es,
-            .v_stride = job->kv->v_row_bytes,
-            .n_kv = job->pos0 + t + 1,
-        };
-        const size_t head0 = (size_t)t * hp->n_head + (size_t)g * group;
-        op_attention_group(job->kern, job->q + head0 * hp->head_dim_k, group, &a, scratch,
-                           job->att + head0 * hp->head_dim_v);
-    }
+    const size_t es = op_kv_elem_size(kv_type);
+    return (fwd_attn_geom){
+        .n_head = (int)hp->n_head,
+        .n_head_kv = (int)hp->n_head_kv,
+        .head_dim_k = (int)hp->head_dim_k,
+        .head_dim_v = (int)hp->head_dim_v,
+        .k_head_bytes = hp->head_dim_k * es,
+        .v_head_bytes = hp->head_dim_v * es,
+        .scale = hp->kq_scale,
+        .sinks = lw ? wt_f32(&lw->w[W_ATTN_SINKS]) : NULL,
+    };
 }
 
-/* The generic attention: GQA over the layer's cache rows. */
+/* GQA: Q/K/V projections (+ biases), QK-norm, RoPE, K/V into the cache,
+ * attention (windowed, with sinks, where the layer has them), output
+ * projection (+ bias). */
 static void attention_gqa(const fwd_layer *c)
 {
     const model_weights *w = c->w;
-    const int l = c->layer;
     thread_pool *pool = c->pool;
     kv_cache *kv = c->kv;
     fwd_scratch *f = c->f;
-    const int64_t pos0 = c->pos0, n = c->n;
     const arch_hparams *hp = &w->hp;
-    const layer_weights *lw = &w->layer[l];
+    const layer_weights *lw = &w->layer[c->layer];
+    const kv_layer *layer = &kv->layer[c->layer];
     const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k;
     const int64_t dk = (int64_t)hp->n_head_kv * hp->head_dim_k, dv = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    act_bind(&f->xn_act, f->xn, n);
-    project(pool, &lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], &f->xn_act, f->q);
-    project(pool, &lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], &f->xn_act, f->k);
-    project(pool, &lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], &f->xn_act, f->v);
+    act_bind(&f->xn_act, f->xn, c->n);
+    fwd_project(pool, &lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], &f->xn_act, f->q);
+    fwd_project(pool, &lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], &f->xn_act, f->k);
+    fwd_project(pool, &lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], &f->xn_act, f->v);
 
-    uint8_t *k_layer = kv->k + (size_t)l * (size_t)kv->n_ctx * kv->k_row_bytes;
-    uint8_t *v_layer = kv->v + (size_t)l * (size_t)kv->n_ctx * kv->v_row_bytes;
-    for (int64_t t = 0; t < n; t++) {
+    for (int64_t t = 0; t < c->n; t++) {
         const float *cs = f->rope + t * hp->n_rot;
         prepare_heads(f->q + t * dq, (int)hp->n_head, (int)hp->head_dim_k, &lw->w[W_ATTN_Q_NORM], hp->norm_eps, cs,
                       (int)hp->n_rot, w->arch->rope);
         prepare_heads(f->k + t * dk, (int)hp->n_head_kv, (int)hp->head_dim_k, &lw->w[W_ATTN_K_NORM], hp->norm_eps,
                       cs, (int)hp->n_rot, w->arch->rope);
-        op_kv_store(f->kern, k_layer + (size_t)(pos0 + t) * kv->k_row_bytes, kv->type, f->k + t * dk, (int)dk);
-        op_kv_store(f->kern, v_layer + (size_t)(pos0 + t) * kv->v_row_bytes, kv->type, f->v + t * dv, (int)dv);
+        op_kv_store(f->kern, kv_k_row(kv, layer, c->pos0 + t), kv->type, f->k + t * dk, (int)dk);
+        op_kv_store(f->kern, kv_v_row(kv, layer, c->pos0 + t), kv->type, f->v + t * dv, (int)dv);
     }
 
-    attn_job job = {.hp = hp, .kv = kv, .kern = f->kern, .k_layer = k_layer, .v_layer = v_layer, .q = f->q,
-                    .att = f->att, .scratch = f->scores, .scratch_per_thread = f->scores_per_thread, .pos0 = pos0,
-                    .n = n};
-    atomic_init(&job.next, 0);
-    pool_run(pool, attn_task, &job);
+    const fwd_attn_geom g = gqa_geom(hp, lw, kv->type);
+    fwd_attend(c, &g, f->q, f->att, f->scores, f->scores_per_thread);
 
-    act_bind(&f->att_act, f->att, n);
-    project(pool, &lw->w[W_ATTN_OUT], NULL, &f->att_act, f->sub);
+    act_bind(&f->att_act, f->att, c->n);
+    fwd_project(pool, &lw->w[W_ATTN_OUT], &lw->w[W_ATTN_OUT_BIAS], &f->att_act, f->sub);
 }
 
 /* --- feed-forward */
@@ -281,7 +393,7 @@ static void feed_forward(const fwd_layer *c)
                    w->hp.n_embd);
         return;
     }
-    const moe_gating g = moe_gating_of(w);
+    const moe_gating g = moe_gating_of(w, lw);
     moe_router(pool, lw, &f->xn_act, f->router);
     moe_select(&g, &f->moe, f->router, n, f->routes);
     moe_experts(pool, &f->moe, lw, &f->xn_act, f->routes, n * g.n_used, f->sub, w->hp.n_embd);
@@ -297,9 +409,9 @@ void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratc
     const int64_t embd = hp->n_embd;
     embed(w, tokens, n, f->x);
     for (int64_t t = 0; t < n; t++)
-        op_rope_cache(f->rope + t * hp->n_rot, pos0 + t, (int)hp->n_rot, hp->rope_base);
+        op_rope_cache_ext(f->rope + t * hp->n_rot, pos0 + t, &hp->rope);
 
-    void (*const attention)(const fwd_layer *) = w->arch->attention ? w->arch->attention : attention_gqa;
+    void (*const attention)(const fwd_layer *) = w->arch->attention ? w->arch->attention->run : attention_gqa;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *lw = &w->layer[l];
         const fwd_layer step = {.w = w, .layer = (int)l, .pool = pool, .kv = kv, .f = f, .pos0 = pos0, .n = n};
@@ -312,8 +424,11 @@ void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratc
         add_rows(f->x, f->sub, n * embd);
     }
 
+    if (pos0 + n > kv->n_written)
+        kv->n_written = pos0 + n;
+
     const int64_t first = all_rows ? 0 : n - 1;
     rmsnorm_rows(f->x + first * embd, &w->global[W_OUTPUT_NORM], hp->norm_eps, n - first, embd, f->xn);
     act_bind(&f->xn_act, f->xn, n - first);
-    project(pool, &w->global[W_OUTPUT], NULL, &f->xn_act, logits);
+    fwd_project(pool, &w->global[W_OUTPUT], NULL, &f->xn_act, logits);
 }

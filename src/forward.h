@@ -16,21 +16,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Keys and values of every layer for n_ctx positions, in kv_type (QT_F16 or
- * QT_F32).  Layer l's keys start at k + l * n_ctx * k_row_bytes; a
- * position's row holds all KV heads. */
+/* One layer's cache rows, in the cache's type.  A layer that attends to
+ * every earlier position holds n_ctx rows, row p for position p.  A
+ * sliding-window layer holds the window plus one step's positions as a
+ * ring: position p in row p % n_slots, overwritten n_slots positions
+ * later.  A row holds all KV heads (or an attention hook's own layout,
+ * e.g. MLA's latent). */
+typedef struct kv_layer {
+    uint8_t *k, *v; /* v is NULL when the V row is 0 elements (MLA reads V from K) */
+    int64_t n_slots;
+    uint32_t window; /* 0: every earlier position */
+} kv_layer;
+
 typedef struct kv_cache {
     uint32_t type;
     int64_t n_ctx;
     size_t k_row_bytes, v_row_bytes;
-    uint8_t *k, *v;
+    int64_t n_written; /* 1 + the highest position written since the last clear */
+    uint32_t n_layer;
+    kv_layer *layer;
+    uint64_t n_bytes; /* of every layer's rows */
 } kv_cache;
 
-hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx);
+/* A cache for n_ctx positions, sliding layers sized for steps of up to
+ * n_batch positions. */
+hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch);
 void kv_free(kv_cache *kv);
+
+/* Whether evaluation can continue at position n_past (<= n_written):
+ * every layer still holds the positions it would read.  False when a
+ * sliding layer's ring has overwritten them since. */
+bool kv_can_resume(const kv_cache *kv, int64_t n_past);
+
+/* The row of position pos in a layer's K (V) cache. */
+static inline uint8_t *kv_k_row(const kv_cache *kv, const kv_layer *l, int64_t pos)
+{
+    return l->k + (size_t)(pos % l->n_slots) * kv->k_row_bytes;
+}
+
+static inline uint8_t *kv_v_row(const kv_cache *kv, const kv_layer *l, int64_t pos)
+{
+    return l->v + (size_t)(pos % l->n_slots) * kv->v_row_bytes;
+}
 
 typedef struct fwd_scratch {
     int64_t n_batch, n_ctx;
+    int n_threads;
     float *x;          /* residual stream: n_batch x n_embd */
     float *xn;         /* normed rows read by the projections */
     float *q, *k, *v;  /* projections of the batch */
@@ -38,8 +69,10 @@ typedef struct fwd_scratch {
     float *sub;        /* a sublayer's output before the residual add */
     float *rope;       /* cos/sin per row: n_batch x n_rot */
     const op_kernels *kern; /* attention's row primitives for this CPU */
-    float *scores;     /* attention scratch: n_threads x scores_per_thread */
+    float *scores;     /* generic attention's scratch: n_threads x scores_per_thread */
     size_t scores_per_thread;
+    void *attn_state;  /* an attention hook's working memory (arch_attention.init) */
+    void (*attn_free)(void *state);
     float *router;     /* n_batch x n_expert router logits */
     float *shexp_gate; /* n_batch */
     moe_route *routes; /* n_batch x n_expert_used */
@@ -49,8 +82,9 @@ typedef struct fwd_scratch {
 } fwd_scratch;
 
 /* One layer's step, as the attention hook of a descriptor receives it: the
- * normed rows are in f->xn (n rows), the sublayer's output goes to f->sub,
- * positions pos0 .. pos0 + n - 1 are appended to kv. */
+ * normed rows are in f->xn (n rows), the rows' RoPE cos/sin in f->rope, the
+ * sublayer's output goes to f->sub, positions pos0 .. pos0 + n - 1 are
+ * written to kv's layer. */
 typedef struct fwd_layer {
     const model_weights *w;
     int layer;
@@ -59,6 +93,35 @@ typedef struct fwd_layer {
     fwd_scratch *f;
     int64_t pos0, n;
 } fwd_layer;
+
+/* How attention reads a layer's cache rows: query head h uses KV head
+ * h / (n_head / n_head_kv), whose K (V) starts g * k_head_bytes
+ * (v_head_bytes) into the row. */
+typedef struct fwd_attn_geom {
+    int n_head, n_head_kv;
+    int head_dim_k, head_dim_v;
+    size_t k_head_bytes, v_head_bytes;
+    bool v_in_k;         /* V is the start of the K row (MLA's latent); the layer has no V rows */
+    float scale;         /* of q . k */
+    const float *sinks;  /* one logit per query head; NULL: none */
+} fwd_attn_geom;
+
+/* Query heads served by one work item at most, so that a KV head shared by
+ * many (MLA: every head) still spreads over the threads. */
+enum { FWD_ATTN_HEADS_PER_ITEM = 8 };
+
+/* Floats of scratch per thread fwd_attend needs for this geometry. */
+size_t fwd_attend_scratch(const fwd_attn_geom *g, int64_t n_ctx);
+
+/* Causal (and windowed, in a sliding layer) attention of c's n rows over
+ * the layer's cache, whose rows for the step's positions are already
+ * written: q holds n x n_head heads of head_dim_k, out receives n x n_head
+ * heads of head_dim_v.  scratch: n_threads x scratch_per_thread floats. */
+void fwd_attend(const fwd_layer *c, const fwd_attn_geom *g, const float *q, float *out, float *scratch,
+                size_t scratch_per_thread);
+
+/* y[t] = W . x[t] (+ bias) for every row of x. */
+void fwd_project(thread_pool *pool, const wtensor *wt, const wtensor *bias, act_set *x, float *y);
 
 hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, int64_t n_ctx, int n_threads);
 void fwd_free(fwd_scratch *f);

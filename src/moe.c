@@ -16,14 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-moe_gating moe_gating_of(const model_weights *w)
+moe_gating moe_gating_of(const model_weights *w, const layer_weights *lw)
 {
     return (moe_gating){
-        .func = w->arch->gating,
+        .func = (arch_gating)w->hp.gating,
         .n_expert = (int)w->hp.n_expert,
         .n_used = (int)w->hp.n_expert_used,
         .renorm = w->hp.expert_weights_norm,
         .scale = w->hp.expert_weights_scale,
+        .sel_bias = wt_f32(&lw->w[W_MOE_PROBS_BIAS]),
+        .n_group = (int)w->hp.n_expert_group,
+        .n_group_used = (int)w->hp.n_expert_group_used,
     };
 }
 
@@ -71,6 +74,7 @@ hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t ma
     memset(s, 0, sizeof *s);
     const arch_hparams *hp = &w->hp;
     s->n_expert = (int)hp->n_expert;
+    s->act = w->arch->act;
     s->max_rows = max64(max_tokens * (int64_t)hp->n_expert_used, max_tokens);
     const int64_t ff_max = max64(max64(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff);
     static const arch_role ffn_inputs[] = {W_MOE_GATE, W_MOE_UP};
@@ -78,6 +82,8 @@ hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t ma
     const size_t rows = (size_t)s->max_rows;
     s->probs = malloc(sizeof(float) * (size_t)(s->n_expert + 1));
     s->chosen = malloc((size_t)s->n_expert + 1);
+    s->group_score = malloc(sizeof(float) * (size_t)(s->n_expert + 1));
+    s->group_taken = malloc((size_t)s->n_expert + 1);
     s->order = malloc(sizeof(int32_t) * rows);
     s->start = malloc(sizeof(int32_t) * (size_t)(s->n_expert + 2));
     s->gathered = malloc(gathered_row * rows);
@@ -85,7 +91,7 @@ hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t ma
     s->h_up = malloc(sizeof(float) * rows * (size_t)ff_max);
     s->y = malloc(sizeof(float) * rows * hp->n_embd);
     hydra_status st = HYDRA_OK;
-    if (!s->probs || !s->chosen || !s->order || !s->start || !s->gathered || !s->h_gate || !s->h_up || !s->y)
+    if (!s->probs || !s->chosen || !s->group_score || !s->group_taken || !s->order || !s->start || !s->gathered || !s->h_gate || !s->h_up || !s->y)
         st = hydra_fail(HYDRA_ERR_NOMEM, "MoE scratch for %lld rows of FFN width %lld", (long long)s->max_rows,
                         (long long)ff_max);
     if (st == HYDRA_OK && hp->n_expert > 0)
@@ -103,6 +109,8 @@ void moe_scratch_free(moe_scratch *s)
 {
     free(s->probs);
     free(s->chosen);
+    free(s->group_score);
+    free(s->group_taken);
     free(s->order);
     free(s->start);
     free(s->gathered);
@@ -126,10 +134,15 @@ static void mat_rows(thread_pool *pool, const wtensor *wt, const uint8_t *wdata,
 
 void moe_router(thread_pool *pool, const layer_weights *lw, act_set *x, float *logits)
 {
-    const wtensor *r = &lw->w[W_MOE_ROUTER];
+    const wtensor *r = &lw->w[W_MOE_ROUTER], *bias = &lw->w[W_MOE_ROUTER_BIAS];
     mat_rows(pool, r, r->data, x, logits);
+    if (bias->data != NULL)
+        for (int64_t t = 0; t < x->n_rows; t++)
+            op_axpy(logits + t * r->ne[1], 1.0f, wt_f32(bias), r->ne[1]);
 }
 
+/* The gating output of every expert; with SOFTMAX_WEIGHT the logits
+ * themselves (the softmax comes after the choice). */
 static void gate_probs(arch_gating func, const float *logits, int n, float *probs)
 {
     memcpy(probs, logits, sizeof(float) * (size_t)n);
@@ -137,20 +150,94 @@ static void gate_probs(arch_gating func, const float *logits, int n, float *prob
         op_softmax(probs, n);
         return;
     }
-    for (int e = 0; e < n; e++)
-        probs[e] = 1.0f / (1.0f + expf(-probs[e]));
+    if (func == GATING_SIGMOID)
+        for (int e = 0; e < n; e++)
+            probs[e] = 1.0f / (1.0f + expf(-probs[e]));
 }
 
-/* The unchosen expert of highest probability, the lower id on a tie (the
- * scan is ascending and only a strictly greater value replaces).  NaN never
- * wins, but some expert is always returned. */
-static int pick_best(const float *probs, const uint8_t *chosen, int n)
+/* What experts are chosen by: the gating output plus the selection bias. */
+static float sel_score(const moe_gating *g, const float *probs, int e)
+{
+    return g->sel_bias ? probs[e] + g->sel_bias[e] : probs[e];
+}
+
+/* The unchosen expert of highest selection score, the lower id on a tie
+ * (the scan is ascending and only a strictly greater value replaces).  NaN
+ * never wins, but some expert is always returned. */
+static int pick_best(const moe_gating *g, const float *probs, const uint8_t *chosen)
 {
     int best = -1;
-    for (int e = 0; e < n; e++)
-        if (!chosen[e] && (best < 0 || probs[e] > probs[best]))
-            best = e;
+    float best_score = 0.0f;
+    for (int e = 0; e < g->n_expert; e++) {
+        if (chosen[e])
+            continue;
+        const float score = sel_score(g, probs, e);
+        if (best < 0 || score > best_score)
+            best = e, best_score = score;
+    }
     return best;
+}
+
+/* Sum of the two best selection scores of a group (DeepSeek-V3's group
+ * score, as llama.cpp's build_moe_ffn computes it). */
+static float group_score(const moe_gating *g, const float *probs, int first, int n)
+{
+    float top1 = -INFINITY, top2 = -INFINITY;
+    for (int e = first; e < first + n; e++) {
+        const float score = sel_score(g, probs, e);
+        if (score > top1)
+            top2 = top1, top1 = score;
+        else if (score > top2)
+            top2 = score;
+    }
+    return n >= 2 ? top1 + top2 : top1;
+}
+
+/* Marks in s->chosen the experts of every group but the n_group_used best,
+ * so that top-k sees only those. */
+static void exclude_groups(const moe_gating *g, moe_scratch *s)
+{
+    const int per_group = g->n_expert / g->n_group;
+    for (int grp = 0; grp < g->n_group; grp++) {
+        s->group_score[grp] = group_score(g, s->probs, grp * per_group, per_group);
+        s->group_taken[grp] = 0;
+    }
+    for (int k = 0; k < g->n_group_used; k++) {
+        int best = -1;
+        for (int grp = 0; grp < g->n_group; grp++)
+            if (!s->group_taken[grp] && (best < 0 || s->group_score[grp] > s->group_score[best]))
+                best = grp;
+        s->group_taken[best] = 1;
+    }
+    for (int e = 0; e < g->n_expert; e++)
+        s->chosen[e] = !s->group_taken[e / per_group];
+}
+
+/* The chosen experts' weights: softmax over them (SOFTMAX_WEIGHT), divided
+ * by their sum (renorm; the sum clamped below as llama.cpp does, so that
+ * tiny sigmoid outputs cannot blow up), scaled. */
+static void finish_weights(const moe_gating *g, moe_route *r)
+{
+    if (g->func == GATING_SOFTMAX_WEIGHT) {
+        float max = r[0].weight;
+        for (int k = 1; k < g->n_used; k++)
+            max = fmaxf(max, r[k].weight);
+        double sum = 0.0;
+        for (int k = 0; k < g->n_used; k++)
+            sum += (r[k].weight = expf(r[k].weight - max));
+        for (int k = 0; k < g->n_used; k++)
+            r[k].weight = (float)(r[k].weight / sum);
+    }
+    if (g->renorm) {
+        float sum = 0.0f;
+        for (int k = 0; k < g->n_used; k++)
+            sum += r[k].weight;
+        sum = fmaxf(sum, 6.103515625e-5f);
+        for (int k = 0; k < g->n_used; k++)
+            r[k].weight /= sum;
+    }
+    for (int k = 0; k < g->n_used; k++)
+        r[k].weight *= g->scale;
 }
 
 void moe_select(const moe_gating *g, moe_scratch *s, const float *logits, int64_t n_tok, moe_route *routes)
@@ -159,18 +246,14 @@ void moe_select(const moe_gating *g, moe_scratch *s, const float *logits, int64_
         moe_route *r = &routes[t * g->n_used];
         gate_probs(g->func, logits + t * g->n_expert, g->n_expert, s->probs);
         memset(s->chosen, 0, (size_t)g->n_expert);
-        float sum = 0.0f;
+        if (g->n_group > 1)
+            exclude_groups(g, s);
         for (int k = 0; k < g->n_used; k++) {
-            int e = pick_best(s->probs, s->chosen, g->n_expert);
+            int e = pick_best(g, s->probs, s->chosen);
             s->chosen[e] = 1;
             r[k] = (moe_route){.token = (int32_t)t, .expert = e, .weight = s->probs[e]};
-            sum += s->probs[e];
         }
-        for (int k = 0; k < g->n_used; k++) {
-            if (g->renorm)
-                r[k].weight /= sum;
-            r[k].weight *= g->scale;
-        }
+        finish_weights(g, r);
     }
 }
 
@@ -198,25 +281,51 @@ static const uint8_t *gather(moe_scratch *s, const uint8_t *rows, size_t stride,
     return s->gathered;
 }
 
-/* y = down . swiglu(h_gate, h_up) for n rows (h_gate, h_up already hold
- * gate . x and up . x). */
-static void ffn_out(thread_pool *pool, moe_scratch *s, const wtensor *down, const uint8_t *down_w, int64_t n,
-                    float *y)
+/* Row e of a per-expert bias (ne {width, n_expert}); NULL when unbound. */
+static const float *expert_bias(const wtensor *bias, int e)
+{
+    return bias->data ? wt_f32(bias) + (size_t)e * (size_t)bias->ne[0] : NULL;
+}
+
+static void add_bias(float *y, const float *bias, int64_t n, int64_t width)
+{
+    if (bias != NULL)
+        for (int64_t t = 0; t < n; t++)
+            op_axpy(y + t * width, 1.0f, bias, width);
+}
+
+/* The activation of n rows of ff values, into h_gate. */
+static void activate(const moe_scratch *s, int64_t n)
+{
+    /* gpt-oss's constants (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE) */
+    static const float oai_alpha = 1.702f, oai_limit = 7.0f;
+    if (s->act == ACT_SWIGLU_OAI)
+        op_swiglu_oai(s->h_gate, s->h_gate, s->h_up, n, oai_alpha, oai_limit);
+    else
+        op_swiglu(s->h_gate, s->h_gate, s->h_up, n);
+}
+
+/* y = down . act(h_gate, h_up) (+ bias) for n rows (h_gate, h_up already
+ * hold gate . x and up . x). */
+static void ffn_out(thread_pool *pool, moe_scratch *s, const wtensor *down, const uint8_t *down_w,
+                    const float *bias, int64_t n, float *y)
 {
     const int64_t ff = down->ne[0];
-    op_swiglu(s->h_gate, s->h_gate, s->h_up, n * ff);
+    activate(s, n * ff);
     act_set *h = hidden_for(s, ff);
     act_bind(h, s->h_gate, n);
     size_t stride;
     const void *hq = act_for(h, pool, down->type, &stride);
     matmul(pool, down->type, down_w, down->row_bytes, down->ne[1], ff, hq, stride, n, y, (size_t)down->ne[1]);
+    add_bias(y, bias, n, down->ne[1]);
 }
 
-/* out = W . x for n rows of converted input x (stride bytes apart). */
-static void ffn_in(thread_pool *pool, const wtensor *w, const uint8_t *w_data, const void *x, size_t stride,
-                   int64_t n, float *out)
+/* out = W . x (+ bias) for n rows of converted input x (stride bytes apart). */
+static void ffn_in(thread_pool *pool, const wtensor *w, const uint8_t *w_data, const float *bias, const void *x,
+                   size_t stride, int64_t n, float *out)
 {
     matmul(pool, w->type, w_data, w->row_bytes, w->ne[1], w->ne[0], x, stride, n, out, (size_t)w->ne[1]);
+    add_bias(out, bias, n, w->ne[1]);
 }
 
 static bool same_format(uint32_t a, uint32_t b)
@@ -243,12 +352,14 @@ static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weigh
         const int64_t n = s->start[e + 1] - s->start[e];
         if (n == 0)
             continue;
-        ffn_in(pool, gate, gate->data + (size_t)e * gate->mat_bytes, gather(s, xg, sg, routes, idx, n), sg, n,
-               s->h_gate);
+        ffn_in(pool, gate, gate->data + (size_t)e * gate->mat_bytes, expert_bias(&lw->w[W_MOE_GATE_BIAS], e),
+               gather(s, xg, sg, routes, idx, n), sg, n, s->h_gate);
         /* up reuses the gathered rows unless its activation format differs */
         const uint8_t *in_up = same_format(gate->type, up->type) ? s->gathered : gather(s, xu, su, routes, idx, n);
-        ffn_in(pool, up, up->data + (size_t)e * up->mat_bytes, in_up, su, n, s->h_up);
-        ffn_out(pool, s, down, down->data + (size_t)e * down->mat_bytes, n, s->y + (size_t)s->start[e] * embd);
+        ffn_in(pool, up, up->data + (size_t)e * up->mat_bytes, expert_bias(&lw->w[W_MOE_UP_BIAS], e), in_up, su, n,
+               s->h_up);
+        ffn_out(pool, s, down, down->data + (size_t)e * down->mat_bytes, expert_bias(&lw->w[W_MOE_DOWN_BIAS], e), n,
+                s->y + (size_t)s->start[e] * embd);
     }
 }
 
@@ -273,9 +384,9 @@ void ffn_swiglu(thread_pool *pool, moe_scratch *s, const wtensor *gate, const wt
     size_t sg, su;
     const void *xg = act_for(x, pool, gate->type, &sg);
     const void *xu = act_for(x, pool, up->type, &su);
-    ffn_in(pool, gate, gate->data, xg, sg, x->n_rows, s->h_gate);
-    ffn_in(pool, up, up->data, xu, su, x->n_rows, s->h_up);
-    ffn_out(pool, s, down, down->data, x->n_rows, s->y);
+    ffn_in(pool, gate, gate->data, NULL, xg, sg, x->n_rows, s->h_gate);
+    ffn_in(pool, up, up->data, NULL, xu, su, x->n_rows, s->h_up);
+    ffn_out(pool, s, down, down->data, NULL, x->n_rows, s->y);
     for (int64_t t = 0; t < x->n_rows; t++)
         op_axpy(out + (size_t)t * out_stride, row_scale ? row_scale[t] : 1.0f, s->y + t * embd, embd);
 }

@@ -1,10 +1,13 @@
 /*
  * moe.h — the Mixture-of-Experts FFN as separable steps:
  *
- *   moe_router   x -> router logits [n_tok][n_expert]
- *   moe_select   logits -> gating (softmax | sigmoid) -> top-k (ties to the
- *                lower expert id) -> weights (renormalised or not, scaled):
- *                n_tok * k routes (token, expert, weight)
+ *   moe_router   x -> router logits [n_tok][n_expert] (+ bias)
+ *   moe_select   logits -> gating (softmax | sigmoid | none) -> selection
+ *                scores (+ a selection-only bias) -> best expert groups ->
+ *                top-k (ties to the lower expert id) -> weights (the gating
+ *                output, not the biased score; softmax over the chosen,
+ *                renormalised or not, scaled): n_tok * k routes
+ *                (token, expert, weight)
  *   moe_experts  out[t] += weight * expert(x[t]) over ANY list of routes
  *   moe_shared   out[t] += sigmoid(gate . x[t]) * shared_expert(x[t])
  *
@@ -33,11 +36,15 @@ typedef struct moe_route {
 typedef struct moe_gating {
     arch_gating func;
     int n_expert, n_used;
-    bool renorm;  /* top-k weights divided by their sum */
-    float scale;  /* then multiplied by this */
+    bool renorm;            /* top-k weights divided by their sum */
+    float scale;            /* then multiplied by this */
+    const float *sel_bias;  /* n_expert, added to choose experts only (deepseek2's exp_probs_b); NULL: none */
+    int n_group, n_group_used; /* n_group > 1: only the n_group_used groups of consecutive experts with the
+                                  highest sum of their two best scores compete */
 } moe_gating;
 
-moe_gating moe_gating_of(const model_weights *w);
+/* The gating of a MoE layer of w. */
+moe_gating moe_gating_of(const model_weights *w, const layer_weights *lw);
 
 /* Working memory of moe_select, moe_experts and ffn_swiglu, sized once for
  * up to max_tokens rows and every route they can choose. */
@@ -46,8 +53,11 @@ enum { MOE_MAX_WIDTHS = 3 }; /* expert, shared expert and dense FFN widths */
 typedef struct moe_scratch {
     int64_t max_rows;  /* max(routes, tokens) */
     int n_expert;
+    arch_act act;      /* of every FFN */
     float *probs;      /* n_expert: gating of one row */
-    uint8_t *chosen;   /* n_expert: top-k picks of one row */
+    uint8_t *chosen;   /* n_expert: top-k picks (and experts of excluded groups) of one row */
+    float *group_score; /* n_expert: one per expert group */
+    uint8_t *group_taken;
     int32_t *order;    /* route indices grouped by expert */
     int32_t *start;    /* n_expert + 1: each expert's first entry in order */
     uint8_t *gathered; /* max_rows rows of the FFN input, in an expert's format */
@@ -68,14 +78,16 @@ void moe_router(thread_pool *pool, const layer_weights *lw, act_set *x, float *l
  * Writes n_tok * g->n_used routes. */
 void moe_select(const moe_gating *g, moe_scratch *s, const float *logits, int64_t n_tok, moe_route *routes);
 
-/* out[t * out_stride ...] += weight * down(swiglu(gate x[t], up x[t])) for
- * every route, experts from lw's stacked tensors.  Routes may be any subset,
+/* out[t * out_stride ...] += weight * (down(act(gate x[t] + bg, up x[t] + bu))
+ * + bd) for every route, experts and their biases (where bound) from lw's
+ * stacked tensors.  Routes may be any subset,
  * in any order; the result does not depend on their order. */
 void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x, const moe_route *routes,
                  int64_t n_routes, float *out, size_t out_stride);
 
-/* A dense SwiGLU FFN (gate, up, down roles given) over every row of x,
- * added to out scaled per row by row_scale (NULL: 1). */
+/* A dense FFN of the model's activation (SwiGLU or its clamped variant;
+ * gate, up, down roles given) over every row of x, added to out scaled per
+ * row by row_scale (NULL: 1). */
 void ffn_swiglu(thread_pool *pool, moe_scratch *s, const wtensor *gate, const wtensor *up, const wtensor *down,
                 act_set *x, const float *row_scale, float *out, size_t out_stride);
 

@@ -125,7 +125,7 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
     if (st == HYDRA_OK)
         st = pool_create(&s->pool, s->n_threads);
     if (st == HYDRA_OK)
-        st = kv_init(&s->kv, &s->w, p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16, n_ctx);
+        st = kv_init(&s->kv, &s->w, p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16, n_ctx, s->n_batch);
     if (st == HYDRA_OK)
         st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
     if (st == HYDRA_OK && (s->logits = malloc(sizeof(float) * s->w.hp.n_vocab)) == NULL)
@@ -199,7 +199,13 @@ HYDRA_API void hydra_session_clear(hydra_session *s)
     if (s == NULL)
         return;
     s->n_past = 0;
+    s->kv.n_written = 0;
     s->have_logits = false;
+}
+
+HYDRA_API uint64_t hydra_session_kv_bytes(const hydra_session *s)
+{
+    return s ? s->kv.n_bytes : 0;
 }
 
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *s, uint32_t n_past)
@@ -210,7 +216,13 @@ HYDRA_API hydra_status hydra_session_truncate(hydra_session *s, uint32_t n_past)
         return hydra_fail(HYDRA_ERR_RANGE, "truncate to %u: only %lld positions were evaluated", n_past,
                           (long long)s->n_past);
     /* Positions at or past n_past are overwritten before any query reads
-     * them: attention only reads positions below the querying token's. */
+     * them: attention only reads positions below the querying token's.  A
+     * sliding-window layer's ring may no longer hold the window before
+     * n_past (it keeps the window plus one step). */
+    if (!kv_can_resume(&s->kv, n_past))
+        return hydra_fail(HYDRA_ERR_RANGE, "truncate to %u after %lld written positions: the sliding-window layers "
+                          "keep only their window of %u plus a step of %lld positions; clear and evaluate again",
+                          n_past, (long long)s->kv.n_written, s->w.hp.n_swa, (long long)s->n_batch);
     s->n_past = n_past;
     s->have_logits = false;
     return HYDRA_OK;

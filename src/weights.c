@@ -24,6 +24,17 @@ enum {
     MAX_LAYERS = 1 << 16,
 };
 
+static hydra_status read_enum(const char *arch, const char *key, const char *value, const char *const *names,
+                              uint32_t *field)
+{
+    for (uint32_t i = 0; names[i] != NULL; i++)
+        if (strcmp(names[i], value) == 0) {
+            *field = i;
+            return HYDRA_OK;
+        }
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s: key %s is '%s', which hydra does not support", arch, key, value);
+}
+
 static hydra_status read_key(const hydra_model *m, const char *arch, const arch_key *k, arch_hparams *hp)
 {
     char key[160];
@@ -42,6 +53,11 @@ static hydra_status read_key(const hydra_model *m, const char *arch, const arch_
         st = hydra_model_get_f64(m, key, &v);
         if (st == HYDRA_OK)
             *(float *)field = (float)v;
+    } else if (k->kind == KEY_ENUM) {
+        const char *v = NULL;
+        st = hydra_model_get_str(m, key, &v, NULL);
+        if (st == HYDRA_OK)
+            return read_enum(arch, key, v, k->names, (uint32_t *)field);
     } else {
         st = hydra_model_get_bool(m, key, (bool *)field);
     }
@@ -80,9 +96,12 @@ static uint32_t vocab_size(const hydra_model *m)
 }
 
 /* Defaults follow llama.cpp's: KV heads = heads, head size = n_embd / heads,
- * RoPE over the whole head, base 10000. */
+ * RoPE over the whole head, base 10000, YaRN's original context the
+ * training context. */
 static void fill_defaults(arch_hparams *hp)
 {
+    if (hp->n_ctx_orig == 0)
+        hp->n_ctx_orig = hp->n_ctx_train;
     if (hp->n_head_kv == 0)
         hp->n_head_kv = hp->n_head;
     if (hp->head_dim_k == 0 && hp->n_head != 0)
@@ -98,6 +117,8 @@ static void fill_defaults(arch_hparams *hp)
         if (!(cond))                                                          \
             return hydra_fail(HYDRA_ERR_FORMAT, __VA_ARGS__);                 \
     } while (0)
+
+static hydra_status check_groups(const char *arch, const arch_hparams *hp);
 
 static hydra_status check_hparams(const char *arch, const arch_hparams *hp)
 {
@@ -121,6 +142,46 @@ static hydra_status check_hparams(const char *arch, const arch_hparams *hp)
              "%s: expert_used_count %u must be in [1, expert_count %u]", arch, hp->n_expert_used, hp->n_expert);
     CHECK_HP(hp->n_layer_dense_lead <= hp->n_layer, "%s: leading_dense_block_count %u > block_count %u", arch,
              hp->n_layer_dense_lead, hp->n_layer);
+    CHECK_HP(hp->gating >= GATING_SOFTMAX && hp->gating <= GATING_SOFTMAX_WEIGHT,
+             "%s: expert_gating_func %u: hydra knows 1 (softmax), 2 (sigmoid), 3 (softmax of the chosen)", arch,
+             hp->gating);
+    return check_groups(arch, hp);
+}
+
+/* Groups split the experts evenly, and the chosen groups hold at least
+ * top-k experts (else top-k would have to pick excluded ones). */
+static hydra_status check_groups(const char *arch, const arch_hparams *hp)
+{
+    if (hp->n_expert_group <= 1)
+        return HYDRA_OK;
+    CHECK_HP(hp->n_expert % hp->n_expert_group == 0 && hp->n_expert_group_used >= 1 &&
+                 hp->n_expert_group_used <= hp->n_expert_group &&
+                 hp->n_expert_used <= hp->n_expert_group_used * (hp->n_expert / hp->n_expert_group),
+             "%s: %u experts in %u groups, %u groups used, top-%u: groups must split the experts evenly and the "
+             "used groups hold at least top-k experts", arch, hp->n_expert, hp->n_expert_group,
+             hp->n_expert_group_used, hp->n_expert_used);
+    return HYDRA_OK;
+}
+
+/* RoPE as llama.cpp sets it up from rope.scaling.*: linear and YaRN divide
+ * the angles by the factor (freq_scale); YaRN adds the ramp between
+ * corr_low and corr_high and its magnitude factor (ops.h). */
+static hydra_status derive_rope(const char *arch, arch_hparams *hp)
+{
+    CHECK_HP(isfinite(hp->rope_scaling_factor) && hp->rope_scaling_factor >= 0 && isfinite(hp->yarn_beta_fast) &&
+                 isfinite(hp->yarn_beta_slow) && hp->yarn_beta_fast > 0 && hp->yarn_beta_slow > 0 &&
+                 isfinite(hp->yarn_log_mul) && hp->n_ctx_orig >= 1,
+             "%s: rope.scaling keys out of range (factor %g, beta_fast %g, beta_slow %g, log multiplier %g, "
+             "original context %u)", arch, hp->rope_scaling_factor, hp->yarn_beta_fast, hp->yarn_beta_slow,
+             hp->yarn_log_mul, hp->n_ctx_orig);
+    hp->rope = op_rope_plain((int)hp->n_rot, hp->rope_base);
+    if (hp->rope_scaling != ROPE_SCALING_NONE && hp->rope_scaling_factor > 0)
+        hp->rope.freq_scale = 1.0f / hp->rope_scaling_factor;
+    if (hp->rope_scaling == ROPE_SCALING_YARN) {
+        hp->rope.ext_factor = 1.0f;
+        op_rope_yarn_corr(&hp->rope, hp->n_ctx_orig, hp->yarn_beta_fast, hp->yarn_beta_slow);
+    }
+    hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     return HYDRA_OK;
 }
 
@@ -138,6 +199,12 @@ static void resolve_dims(const arch_hparams *hp, uint64_t dims[D_COUNT])
     dims[D_EXPERT] = hp->n_expert;
     dims[D_FF_EXP] = hp->n_ff_exp;
     dims[D_FF_SHEXP] = hp->n_ff_shexp;
+    dims[D_HEADS] = hp->n_head;
+    dims[D_Q_LORA] = hp->q_lora_rank;
+    dims[D_KV_LORA] = hp->kv_lora_rank;
+    dims[D_KV_A] = (uint64_t)hp->kv_lora_rank + hp->n_rot;
+    dims[D_HEAD_NOPE] = hp->head_dim_k - hp->n_rot;
+    dims[D_HEAD_V] = hp->head_dim_v;
 }
 
 /* Whether the engine can compute with a tensor of this type in this role:
@@ -161,14 +228,24 @@ static hydra_status check_type(const char *name, const wtensor *t, arch_tensor_k
     return HYDRA_OK;
 }
 
-static bool needed(arch_need need, bool moe_layer)
+static bool needed(arch_need need, bool moe_layer, const arch_hparams *hp)
 {
-    return need == NEED_ALWAYS || (need == NEED_MOE && moe_layer) || (need == NEED_DENSE && !moe_layer);
+    return need == NEED_ALWAYS || (need == NEED_MOE && moe_layer) || (need == NEED_DENSE && !moe_layer) ||
+           (need == NEED_Q_LORA && hp->q_lora_rank > 0) || (need == NEED_Q_FULL && hp->q_lora_rank == 0);
 }
 
-static bool applies(arch_need need, bool moe_layer)
+static bool applies(arch_need need, bool moe_layer, const arch_hparams *hp)
 {
-    return needed(need, moe_layer) || need == NEED_OPTIONAL;
+    return needed(need, moe_layer, hp) || need == NEED_OPTIONAL;
+}
+
+/* llama.cpp's set_swa_pattern: of every swa_pattern layers, all but the
+ * last slide. */
+static uint32_t layer_window(const arch_desc *a, const arch_hparams *hp, uint32_t l)
+{
+    if (a->swa_pattern == 0 || hp->n_swa == 0)
+        return 0;
+    return l % a->swa_pattern < a->swa_pattern - 1 ? hp->n_swa : 0;
 }
 
 /* Finds one tensor and checks its shape; *out stays unbound when an optional
@@ -232,14 +309,16 @@ static hydra_status bind_tensors(model_weights *w, const hydra_model *m)
     for (uint32_t l = 0; l < w->hp.n_layer; l++) {
         layer_weights *lw = &w->layer[l];
         lw->moe = w->hp.n_expert > 0 && l >= w->hp.n_layer_dense_lead;
+        lw->window = layer_window(a, &w->hp, l);
         if (!lw->moe && !has_dense_ffn)
             return hydra_fail(HYDRA_ERR_FORMAT, "%s: layer %u has no experts (expert_count %u), and this architecture "
                               "has no dense FFN", a->name, l, w->hp.n_expert);
         for (size_t i = 0; i < a->n_tensors; i++) {
             const arch_use *use = &a->tensors[i];
-            if (!arch_role_per_layer(use->role) || !applies(use->need, lw->moe))
+            if (!arch_role_per_layer(use->role) || !applies(use->need, lw->moe, &w->hp))
                 continue;
-            hydra_status st = bind_one(m, a->name, use, (int)l, dims, needed(use->need, lw->moe), &lw->w[use->role]);
+            hydra_status st =
+                bind_one(m, a->name, use, (int)l, dims, needed(use->need, lw->moe, &w->hp), &lw->w[use->role]);
             if (st != HYDRA_OK)
                 return st;
         }
@@ -266,6 +345,9 @@ hydra_status weights_bind(model_weights *out, const hydra_model *m)
     w.hp.rope_base = 10000.0f;
     w.hp.expert_weights_scale = 1.0f;
     w.hp.expert_weights_norm = a->expert_weights_norm;
+    w.hp.gating = a->gating;
+    w.hp.yarn_beta_fast = 32.0f; /* llama.cpp's defaults */
+    w.hp.yarn_beta_slow = 1.0f;
     hydra_status st = read_keys(m, a, arch_common_keys, arch_n_common_keys, &w.hp);
     if (st == HYDRA_OK)
         st = read_keys(m, a, a->keys, a->n_keys, &w.hp);
@@ -274,6 +356,10 @@ hydra_status weights_bind(model_weights *out, const hydra_model *m)
     w.hp.n_vocab = vocab_size(m);
     fill_defaults(&w.hp);
     st = check_hparams(a->name, &w.hp);
+    if (st == HYDRA_OK)
+        st = derive_rope(a->name, &w.hp);
+    if (st == HYDRA_OK && a->hparams != NULL)
+        st = a->hparams(m, &w.hp);
     if (st != HYDRA_OK)
         return st;
     w.layer = calloc(w.hp.n_layer, sizeof *w.layer);

@@ -25,6 +25,7 @@ typedef struct wtensor {
 typedef struct layer_weights {
     wtensor w[W_COUNT]; /* per-layer roles; the model-wide slots stay empty */
     bool moe;           /* experts (else a dense FFN) */
+    uint32_t window;    /* sliding-window attention over this many positions; 0: all */
 } layer_weights;
 
 typedef struct model_weights {

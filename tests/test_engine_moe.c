@@ -121,7 +121,7 @@ static hydra_status fixture_init(moe_fixture *f)
         f->x[i] = (float)((seed >> 8) / 8388608.0 - 1.0);
     }
     act_bind(&f->x_act, f->x, N_TOK);
-    const moe_gating g = moe_gating_of(&f->w);
+    const moe_gating g = moe_gating_of(&f->w, &f->w.layer[0]);
     moe_router(f->pool, &f->w.layer[0], &f->x_act, f->logits);
     moe_select(&g, &f->s, f->logits, N_TOK, f->routes);
     return HYDRA_OK;
