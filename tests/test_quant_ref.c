@@ -188,6 +188,7 @@ TEST(quant_vec_dot_ref_on_llama_cpp_blocks)
     static const char *const files[] = {
         "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
         "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4",
+        "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "tq1_0", "tq2_0",
     };
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char path[1024];

@@ -64,6 +64,8 @@ static const scale_fields f16_fields[] = {
     {QT_Q6_K, 1, {offsetof(block_q6_K, d)}},
     {QT_IQ4_NL, 1, {offsetof(block_iq4_nl, d)}},
     {QT_IQ4_XS, 1, {offsetof(block_iq4_xs, d)}},
+    {QT_IQ2_XXS, 1, {0}}, {QT_IQ2_XS, 1, {0}}, {QT_IQ2_S, 1, {0}}, {QT_IQ3_XXS, 1, {0}},
+    {QT_IQ3_S, 1, {0}},   {QT_IQ1_S, 1, {0}},  {QT_TQ1_0, 1, {52}}, {QT_TQ2_0, 1, {64}},
 };
 
 /* Raw random blocks for a quantised type; false for types that have no
@@ -79,6 +81,11 @@ static bool fill_raw(uint32_t type, uint8_t *w, int64_t n_blocks, uint64_t *rng)
         uint8_t *blk = w + b * t->type_size;
         if (type == QT_MXFP4)
             blk[offsetof(block_mxfp4, e)] = (uint8_t)(110 + rng_next(rng) % 30); /* 2^-18 .. 2^11 */
+        if (type == QT_IQ1_M) { /* d's f16 nibbles top its four scale words (bytes 49, 51, 53, 55) */
+            uint16_t h = fp32_to_fp16(rng_float(rng) * 0.05f);
+            for (int k = 0; k < 4; k++)
+                blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+        }
         for (size_t f = 0; f < sizeof f16_fields / sizeof f16_fields[0]; f++) {
             if (f16_fields[f].type != type)
                 continue;

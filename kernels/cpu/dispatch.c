@@ -5,14 +5,17 @@
  * never touched: it stays the definition of correct.
  */
 #include "simd.h"
+#include "vec_dot_iq.h"
 
 #include <stddef.h>
 
 const simd_kernels *const simd_kernel_sets[] = {
 #if defined(__x86_64__)
     &simd_avx2,
+    &simd_iq_avx2,
     &simd_avxvnni,
     &simd_avx512,
+    &simd_iq_avx512,
 #elif defined(__aarch64__)
     &simd_neon,
 #endif
