@@ -10,6 +10,7 @@
 #include "tokenizer.h"
 
 #include "error.h"
+#include "heap.h"
 #include "model.h"
 #include "unicode.h"
 
@@ -228,52 +229,18 @@ typedef struct bpe_session {
     tok_ids *out;
     int32_t *id, *prev, *next; /* symbols of the piece */
     size_t sym_cap;
-    candidate *heap;
-    size_t heap_n, heap_cap;
+    heap queue;                /* of candidate */
     char *spelled;
 } bpe_session;
 
-static bool before(const candidate *a, const candidate *b)
+/* Lowest rank first, the leftmost among equal ranks. */
+static bool candidate_before(const void *a_, const void *b_)
 {
+    const candidate *a = a_, *b = b_;
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static hydra_status heap_push(bpe_session *s, candidate c)
-{
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? 2 * s->heap_cap : 256;
-        candidate *heap = realloc(s->heap, cap * sizeof *heap);
-        if (heap == NULL)
-            return hydra_fail(HYDRA_ERR_NOMEM, "tokenize: out of memory for %zu merge candidates", cap);
-        s->heap = heap;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    for (; i > 0 && before(&c, &s->heap[(i - 1) / 2]); i = (i - 1) / 2)
-        s->heap[i] = s->heap[(i - 1) / 2];
-    s->heap[i] = c;
-    return HYDRA_OK;
-}
-
-static candidate heap_pop(bpe_session *s)
-{
-    candidate top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= s->heap_n)
-            break;
-        if (child + 1 < s->heap_n && before(&s->heap[child + 1], &s->heap[child]))
-            child++;
-        if (!before(&s->heap[child], &last))
-            break;
-        s->heap[i] = s->heap[child];
-        i = child;
-    }
-    if (s->heap_n > 0)
-        s->heap[i] = last;
-    return top;
-}
+static const heap_order by_rank = {sizeof(candidate), candidate_before, "tokenize: merge candidates"};
 
 /* Queues the pair that starts at symbol `left`, if the vocabulary merges it. */
 static hydra_status offer_pair(bpe_session *s, int32_t left)
@@ -286,7 +253,8 @@ static hydra_status offer_pair(bpe_session *s, int32_t left)
     size_t i = pair_slot(map, key);
     if (map->keys[i] != key)
         return HYDRA_OK;
-    return heap_push(s, (candidate){map->ranks[i], left, s->id[left], s->id[right], map->merged[i]});
+    candidate c = {map->ranks[i], left, s->id[left], s->id[right], map->merged[i]};
+    return heap_push(&s->queue, &c, &by_rank);
 }
 
 static hydra_status reserve_symbols(bpe_session *s, size_t n)
@@ -330,8 +298,9 @@ static hydra_status emit_symbol(bpe_session *s, int32_t id, uint8_t byte)
 static hydra_status merge_all(bpe_session *s)
 {
     hydra_status st = HYDRA_OK;
-    while (s->heap_n > 0 && st == HYDRA_OK) {
-        candidate c = heap_pop(s);
+    while (s->queue.n > 0 && st == HYDRA_OK) {
+        candidate c;
+        heap_pop(&s->queue, &c, &by_rank);
         int32_t left = c.left, right = s->next[left];
         if (s->id[left] != c.left_id || right < 0 || s->id[right] != c.right_id)
             continue; /* a neighbour changed since the pair was queued */
@@ -365,7 +334,7 @@ static hydra_status encode_piece(bpe_session *s, const uint8_t *bytes, size_t n)
         s->prev[i] = (int32_t)i - 1;
         s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    s->heap_n = 0;
+    s->queue.n = 0;
     for (size_t i = 0; i + 1 < n && st == HYDRA_OK; i++)
         st = offer_pair(s, (int32_t)i);
     if (st == HYDRA_OK)
@@ -408,6 +377,6 @@ hydra_status bpe_encode(const hydra_tokenizer *tok, const char *text, size_t len
     free(s.prev);
     free(s.next);
     free(s.spelled);
-    free(s.heap);
+    heap_free(&s.queue);
     return st;
 }

@@ -9,6 +9,7 @@
 #include "tokenizer.h"
 
 #include "error.h"
+#include "heap.h"
 #include "unicode.h"
 
 #include <stdio.h>
@@ -47,51 +48,17 @@ typedef struct spm_session {
     char *text;          /* the escaped text */
     uint32_t *start, *len;
     int32_t *prev, *next;
-    bigram *heap;
-    size_t heap_n, heap_cap;
+    heap queue;          /* of bigram */
 } spm_session;
 
-static bool before(const bigram *a, const bigram *b)
+/* Higher score first, the leftmost among equal scores. */
+static bool bigram_before(const void *a_, const void *b_)
 {
+    const bigram *a = a_, *b = b_;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static hydra_status heap_push(spm_session *s, bigram b)
-{
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? 2 * s->heap_cap : 256;
-        bigram *heap = realloc(s->heap, cap * sizeof *heap);
-        if (heap == NULL)
-            return hydra_fail(HYDRA_ERR_NOMEM, "tokenize: out of memory for %zu merge candidates", cap);
-        s->heap = heap;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    for (; i > 0 && before(&b, &s->heap[(i - 1) / 2]); i = (i - 1) / 2)
-        s->heap[i] = s->heap[(i - 1) / 2];
-    s->heap[i] = b;
-    return HYDRA_OK;
-}
-
-static bigram heap_pop(spm_session *s)
-{
-    bigram top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= s->heap_n)
-            break;
-        if (child + 1 < s->heap_n && before(&s->heap[child + 1], &s->heap[child]))
-            child++;
-        if (!before(&s->heap[child], &last))
-            break;
-        s->heap[i] = s->heap[child];
-        i = child;
-    }
-    if (s->heap_n > 0)
-        s->heap[i] = last;
-    return top;
-}
+static const heap_order by_score = {sizeof(bigram), bigram_before, "tokenize: merge candidates"};
 
 static hydra_status offer_pair(spm_session *s, int32_t left, int32_t right)
 {
@@ -101,14 +68,16 @@ static hydra_status offer_pair(spm_session *s, int32_t left, int32_t right)
     int32_t id = tok_lookup(s->tok, s->text + s->start[left], len);
     if (id < 0 || !usable(s->tok, id))
         return HYDRA_OK;
-    return heap_push(s, (bigram){s->tok->tokens[id].score, left, right, len});
+    bigram b = {s->tok->tokens[id].score, left, right, len};
+    return heap_push(&s->queue, &b, &by_score);
 }
 
 static hydra_status merge_all(spm_session *s)
 {
     hydra_status st = HYDRA_OK;
-    while (s->heap_n > 0 && st == HYDRA_OK) {
-        bigram b = heap_pop(s);
+    while (s->queue.n > 0 && st == HYDRA_OK) {
+        bigram b;
+        heap_pop(&s->queue, &b, &by_score);
         if (s->len[b.left] == 0 || s->len[b.right] == 0 || s->len[b.left] + s->len[b.right] != b.len)
             continue; /* one side merged elsewhere since */
         s->len[b.left] += s->len[b.right];
@@ -204,6 +173,6 @@ hydra_status spm_encode(const hydra_tokenizer *tok, const char *text, size_t len
     free(s.len);
     free(s.prev);
     free(s.next);
-    free(s.heap);
+    heap_free(&s.queue);
     return st;
 }
