@@ -20,6 +20,12 @@
  * has not taken before the reader counts as stalled at once. */
 enum { READ_BUF = 64 * 1024, MAX_CONNS = 1024, MAX_QUEUED = 64, MAX_WRITE_QUEUE = 64 << 20, FIELD_MAX = 32 };
 
+/* A connection closed by the server first sends FIN and reads (and drops)
+ * what the client still sends for this long: closing with unread bytes
+ * would send a reset, which can destroy the last response before the
+ * client reads it (a 413 while the client is still sending its body). */
+enum { LINGER_MS = 2000 };
+
 /* Headers the server reads; the rest are counted and skipped. */
 typedef enum header_kind { HDR_OTHER, HDR_AUTHORIZATION, HDR_EXPECT } header_kind;
 
@@ -53,7 +59,9 @@ struct http_conn {
     int pending_writes;
     double last_progress; /* last write completion, or when bytes started waiting */
     double idle_since;
-    bool reading, read_closed, closing, close_after_write, dispatching;
+    uv_shutdown_t shutdown;
+    double linger_until;  /* lingering: the write side is shut, reads are dropped */
+    bool reading, read_closed, closing, close_after_write, lingering, dispatching;
     int closes_pending;
     char rbuf[READ_BUF];
 };
@@ -166,7 +174,8 @@ static size_t write_queue(http_conn *c)
 static void on_timer(uv_timer_t *t);
 
 /* Arms the timer for the nearest deadline: the request being read, the
- * idle keep-alive connection, the bytes a reader is not taking. */
+ * idle keep-alive connection, the bytes a reader is not taking, the end
+ * of a lingering close. */
 static void update_timer(http_conn *c)
 {
     if (c->closing)
@@ -179,6 +188,8 @@ static void update_timer(http_conn *c)
         due = fmin(due, c->idle_since + timeout);
     if (write_queue(c) > 0)
         due = fmin(due, c->last_progress + timeout);
+    if (c->lingering)
+        due = fmin(due, c->linger_until);
     if (isinf(due)) {
         uv_timer_stop(&c->timer);
         return;
@@ -195,6 +206,26 @@ typedef struct write_req {
     char data[];
 } write_req;
 
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    http_conn *c = req->data;
+    if (status < 0 || c->closing) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    c->linger_until = serve_now_ms() + LINGER_MS;
+    update_timer(c);
+}
+
+/* The last response is written: FIN, then linger (see LINGER_MS). */
+static void finish_conn(http_conn *c)
+{
+    c->shutdown.data = c;
+    if (c->closing || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0)
+        conn_close(c);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     write_req *w = (write_req *)req;
@@ -202,8 +233,12 @@ static void on_write(uv_write_t *req, int status)
     free(w);
     c->pending_writes--;
     c->last_progress = serve_now_ms();
-    if (status < 0 || (c->close_after_write && c->pending_writes == 0)) {
+    if (status < 0) {
         conn_close(c);
+        return;
+    }
+    if (c->close_after_write && c->pending_writes == 0) {
+        finish_conn(c);
         return;
     }
     if (c->pending_writes == 0)
@@ -281,11 +316,12 @@ static void request_done(http_request *req)
         /* Connection: close, or after an unreadable request: what was
          * pipelined behind it is never answered. */
         c->close_after_write = c->read_closed = true;
-        uv_read_stop((uv_stream_t *)&c->tcp);
         while ((r = queue_pop(c)) != NULL)
             request_free(r);
+        if (!c->reading)
+            start_reading(c); /* to see the client's EOF while lingering */
         if (c->pending_writes == 0)
-            conn_close(c);
+            finish_conn(c);
         return;
     }
     if (c->head == NULL)
@@ -562,9 +598,7 @@ static void fail_request(http_conn *c, int status, const char *message)
     r->pub.error_message = message;
     r->pub.keep_alive = false;
     queue_push(c, r);
-    c->read_closed = true;
-    c->reading = false;
-    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->read_closed = true; /* what follows is read and dropped */
 }
 
 static void parse_failed(http_conn *c)
@@ -594,7 +628,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (nread == 0 || c->read_closed || c->closing)
+    if (nread == 0 || c->read_closed || c->closing) /* dropped: after an error, or lingering */
         return;
     http_parser_execute(&c->parser, &parser_settings, buf->base, (size_t)nread);
     if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK || c->parser.upgrade)
@@ -616,6 +650,10 @@ static void on_timer(uv_timer_t *t)
 {
     http_conn *c = t->data;
     const double now = serve_now_ms(), timeout = c->server->limits.timeout_ms;
+    if (c->lingering && now >= c->linger_until) {
+        conn_close(c);
+        return;
+    }
     if (write_queue(c) > 0 && now >= c->last_progress + timeout) {
         if (c->server->verbose)
             serve_log("dropping a client that took no response bytes for %.0f s", timeout / 1e3);

@@ -201,7 +201,8 @@ static int parse_common(parse_ctx *p, const cJSON *obj, const serve_opts *o, gen
         return fail(p, "n: %d choices asked; this server generates one (n = 1)", n);
     if (get_int(p, obj, "max_tokens", 1, INT32_MAX, &r->gen.n_predict) ||
         get_int(p, obj, "max_completion_tokens", 1, INT32_MAX, &r->gen.n_predict) ||
-        get_bool(p, obj, "stream", &r->stream) || parse_sampling(p, obj, o, &r->gen) || parse_stop(p, obj, &r->gen))
+        get_bool(p, obj, "stream", &r->stream) || get_bool(p, obj, "ignore_eos", &r->gen.ignore_eos) ||
+        parse_sampling(p, obj, o, &r->gen) || parse_stop(p, obj, &r->gen))
         return -1;
     const cJSON *so = field(obj, "stream_options");
     if (so != NULL && !cJSON_IsObject(so))

@@ -118,7 +118,7 @@ void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob)
         metrics_next_token((now - s->t_last) / 1e3);
     }
     s->t_last = now;
-    if (hydra_token_is_eog(m, tok)) {
+    if (!t->gen.ignore_eos && hydra_token_is_eog(m, tok)) {
         outbox_text(ob, t, "", 0, 1);
         slot_end(s, FINISH_STOP, ob);
         return;

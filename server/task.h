@@ -38,6 +38,7 @@ typedef struct gen_params {
     hydra_sampler_params sampling; /* seed chosen */
     int n_predict;                 /* -1: until the end of generation or of the context */
     bool text_start;               /* the reply begins a text (chat) rather than continuing the prompt's */
+    bool ignore_eos;               /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     char *stops[TASK_MAX_STOPS];   /* owned */
     int n_stops;
 } gen_params;
