@@ -14,111 +14,24 @@
  */
 #include "hydra.h"
 #include "quant.h"
+#include "refcheck.h"
 #include "test.h"
-#include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-enum { N_PROMPT = 200, N_GREEDY = 32, TRUNCATE_AT = 100 };
+enum { TRUNCATE_AT = 100 };
 
-typedef struct ref_data {
-    int32_t prompt[N_PROMPT];
-    int32_t greedy[N_GREEDY];
-    int n_vocab;
-    float *logits; /* N_PROMPT x n_vocab */
-    double max_kl_mean, min_top1;
-    int min_greedy_match;
-} ref_data;
-
-typedef struct score {
-    double kl, top1;
-} score;
-
-static int argmax(const float *x, int n)
+/* The case and its logits (NAME.logits.f32). */
+static bool load_ref(const char *name, ref_case *r, float **logits, char *why, size_t why_len)
 {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
-/* log-softmax of a row in double */
-static void log_softmax(const float *x, int n, double *out)
-{
-    double max = x[0], sum = 0;
-    for (int i = 1; i < n; i++)
-        max = fmax(max, x[i]);
-    for (int i = 0; i < n; i++)
-        sum += exp((double)x[i] - max);
-    const double lse = max + log(sum);
-    for (int i = 0; i < n; i++)
-        out[i] = (double)x[i] - lse;
-}
-
-static score compare_rows(const float *ref, const float *got, int n_rows, int n_vocab)
-{
-    double *lr = malloc(sizeof(double) * (size_t)n_vocab), *lg = malloc(sizeof(double) * (size_t)n_vocab);
-    score s = {0, 0};
-    if (lr == NULL || lg == NULL) {
-        free(lr);
-        free(lg);
-        return (score){INFINITY, 0};
-    }
-    for (int r = 0; r < n_rows; r++) {
-        const float *a = ref + (size_t)r * n_vocab, *b = got + (size_t)r * n_vocab;
-        log_softmax(a, n_vocab, lr);
-        log_softmax(b, n_vocab, lg);
-        double kl = 0;
-        for (int v = 0; v < n_vocab; v++)
-            kl += exp(lr[v]) * (lr[v] - lg[v]);
-        s.kl += kl;
-        s.top1 += argmax(a, n_vocab) == argmax(b, n_vocab);
-    }
-    free(lr);
-    free(lg);
-    s.kl /= n_rows;
-    s.top1 /= n_rows;
-    if (isnan(s.kl))
-        s.kl = INFINITY;
-    return s;
-}
-
-static bool read_int_array(const cJSON *arr, int32_t *out, int n)
-{
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
-        return false;
-    for (int i = 0; i < n; i++)
-        out[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valueint;
-    return true;
-}
-
-static bool load_ref(const char *name, ref_data *r, char *why, size_t why_len)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/ref/%s.json", test_shared_dir(), name);
-    cJSON *j = util_read_json(path);
-    snprintf(path, sizeof path, "%s/ref/tolerances.json", test_shared_dir());
-    cJSON *tol = util_read_json(path);
-    const cJSON *mine = tol ? cJSON_GetObjectItem(tol, name) : NULL;
-    bool ok = j && mine && read_int_array(cJSON_GetObjectItem(j, "prompt"), r->prompt, N_PROMPT) &&
-              read_int_array(cJSON_GetObjectItem(j, "greedy"), r->greedy, N_GREEDY);
-    if (ok) {
-        r->n_vocab = cJSON_GetObjectItem(j, "n_vocab")->valueint;
-        r->max_kl_mean = cJSON_GetNumberValue(cJSON_GetObjectItem(mine, "max_kl_mean"));
-        r->min_top1 = cJSON_GetNumberValue(cJSON_GetObjectItem(mine, "min_top1"));
-        r->min_greedy_match = cJSON_GetObjectItem(mine, "min_greedy_match")->valueint;
-    }
-    cJSON_Delete(j);
-    cJSON_Delete(tol);
-    if (!ok)
+    if (!ref_load(name, r))
         return snprintf(why, why_len, "cannot read the reference JSON or tolerances of %s", name), false;
-    snprintf(path, sizeof path, "%s/ref/%s.logits.f32", test_shared_dir(), name);
+    char path[512];
     size_t size = 0;
-    r->logits = (float *)util_read_file(path, &size);
-    if (r->logits == NULL || size != sizeof(float) * N_PROMPT * (size_t)r->n_vocab)
-        return snprintf(why, why_len, "%s: %zu bytes, expected %d x %d floats", path, size, N_PROMPT, r->n_vocab),
+    *logits = ref_read_logits(ref_logits_path(name, path, sizeof path), r->n_vocab, &size);
+    if (*logits == NULL)
+        return snprintf(why, why_len, "%s: %zu bytes, expected %d x %d floats", path, size, REF_PROMPT, r->n_vocab),
                false;
     return true;
 }
@@ -144,10 +57,10 @@ static hydra_status new_session(hydra_model *m, hydra_kv_type kv, hydra_session 
 }
 
 /* Evaluates the prompt in chunks of `chunk` tokens, collecting every row. */
-static hydra_status eval_chunked(hydra_session *s, const ref_data *r, int chunk, float *rows)
+static hydra_status eval_chunked(hydra_session *s, const ref_case *r, int chunk, float *rows)
 {
-    for (int i = 0; i < N_PROMPT; i += chunk) {
-        int n = N_PROMPT - i < chunk ? N_PROMPT - i : chunk;
+    for (int i = 0; i < REF_PROMPT; i += chunk) {
+        int n = REF_PROMPT - i < chunk ? REF_PROMPT - i : chunk;
         hydra_status st = hydra_session_eval(s, r->prompt + i, (size_t)n, rows + (size_t)i * r->n_vocab);
         if (st != HYDRA_OK)
             return st;
@@ -156,15 +69,15 @@ static hydra_status eval_chunked(hydra_session *s, const ref_data *r, int chunk,
 }
 
 /* Greedy continuation from a session that holds the prompt. */
-static int greedy_match(hydra_session *s, const ref_data *r)
+static int greedy_match(hydra_session *s, const ref_case *r)
 {
     int matched = 0;
     bool diverged = false;
-    for (int i = 0; i < N_GREEDY; i++) {
+    for (int i = 0; i < REF_GREEDY; i++) {
         const float *l = hydra_session_logits(s);
         if (l == NULL)
             break;
-        int32_t tok = argmax(l, r->n_vocab);
+        int32_t tok = ref_argmax(l, r->n_vocab);
         diverged |= tok != r->greedy[i];
         matched += !diverged;
         if (diverged || hydra_session_decode(s, tok) != HYDRA_OK)
@@ -175,7 +88,7 @@ static int greedy_match(hydra_session *s, const ref_data *r)
 
 #define CHECK_SCORE(what, sc)                                                                                     \
     do {                                                                                                           \
-        if (!((sc).kl <= r.max_kl_mean && (sc).top1 >= r.min_top1))                                                \
+        if (!ref_passes(&r, sc))                                                                                   \
             FAIL("%s %s: KL %.3g (max %.3g), top-1 %.3f (min %.3f)", name, what, (sc).kl, r.max_kl_mean, (sc).top1, \
                  r.min_top1);                                                                                      \
     } while (0)
@@ -183,7 +96,8 @@ static int greedy_match(hydra_session *s, const ref_data *r)
 static void run_reference(test_ctx *t_, const char *name)
 {
     REQUIRE_SHARED();
-    ref_data r = {0};
+    ref_case r = {0};
+    float *want = NULL;
     char why[600];
     char path[512];
     snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
@@ -192,33 +106,33 @@ static void run_reference(test_ctx *t_, const char *name)
     hydra_model *m = NULL;
     hydra_session *s = NULL;
     float *rows = NULL;
-    bool loaded = load_ref(name, &r, why, sizeof why);
+    bool loaded = load_ref(name, &r, &want, why, sizeof why);
     hydra_status st = loaded ? hydra_model_open(&m, &mp) : HYDRA_ERR_IO;
     const char *missing = st == HYDRA_OK ? missing_type(m) : NULL;
     if (loaded && st == HYDRA_OK && missing != NULL)
         snprintf(why, sizeof why, "%s", missing);
-    rows = malloc(sizeof(float) * N_PROMPT * (size_t)(r.n_vocab > 0 ? r.n_vocab : 1));
-    score batch32 = {0}, batch16 = {0}, tbt = {0}, b7 = {0};
+    rows = malloc(sizeof(float) * REF_PROMPT * (size_t)(r.n_vocab > 0 ? r.n_vocab : 1));
+    ref_score batch32 = {0}, batch16 = {0}, tbt = {0}, b7 = {0};
     int greedy = -1;
     double trunc_diff = -1;
     if (loaded && st == HYDRA_OK && missing == NULL && rows != NULL) {
         /* one batch, F32 cache: the reference's own settings */
         st = new_session(m, HYDRA_KV_F32, &s);
-        if (st == HYDRA_OK && (st = hydra_session_eval(s, r.prompt, N_PROMPT, rows)) == HYDRA_OK)
-            batch32 = compare_rows(r.logits, rows, N_PROMPT, r.n_vocab);
+        if (st == HYDRA_OK && (st = hydra_session_eval(s, r.prompt, REF_PROMPT, rows)) == HYDRA_OK)
+            batch32 = ref_score_rows(want, rows, REF_PROMPT, r.n_vocab);
         hydra_session_free(s);
         s = NULL;
         /* one batch, default F16 cache; then greedy, then truncation */
         if (st == HYDRA_OK)
             st = new_session(m, HYDRA_KV_F16, &s);
-        if (st == HYDRA_OK && (st = hydra_session_eval(s, r.prompt, N_PROMPT, rows)) == HYDRA_OK) {
-            batch16 = compare_rows(r.logits, rows, N_PROMPT, r.n_vocab);
+        if (st == HYDRA_OK && (st = hydra_session_eval(s, r.prompt, REF_PROMPT, rows)) == HYDRA_OK) {
+            batch16 = ref_score_rows(want, rows, REF_PROMPT, r.n_vocab);
             greedy = greedy_match(s, &r);
-            float *again = malloc(sizeof(float) * (N_PROMPT - TRUNCATE_AT) * (size_t)r.n_vocab);
+            float *again = malloc(sizeof(float) * (REF_PROMPT - TRUNCATE_AT) * (size_t)r.n_vocab);
             if (again != NULL && hydra_session_truncate(s, TRUNCATE_AT) == HYDRA_OK &&
-                hydra_session_eval(s, r.prompt + TRUNCATE_AT, N_PROMPT - TRUNCATE_AT, again) == HYDRA_OK) {
+                hydra_session_eval(s, r.prompt + TRUNCATE_AT, REF_PROMPT - TRUNCATE_AT, again) == HYDRA_OK) {
                 trunc_diff = 0;
-                for (size_t i = 0; i < (size_t)(N_PROMPT - TRUNCATE_AT) * r.n_vocab; i++)
+                for (size_t i = 0; i < (size_t)(REF_PROMPT - TRUNCATE_AT) * r.n_vocab; i++)
                     trunc_diff = fmax(trunc_diff, fabs(again[i] - rows[(size_t)TRUNCATE_AT * r.n_vocab + i]));
             }
             free(again);
@@ -227,17 +141,17 @@ static void run_reference(test_ctx *t_, const char *name)
         if (st == HYDRA_OK) {
             hydra_session_clear(s);
             if ((st = eval_chunked(s, &r, 1, rows)) == HYDRA_OK)
-                tbt = compare_rows(r.logits, rows, N_PROMPT, r.n_vocab);
+                tbt = ref_score_rows(want, rows, REF_PROMPT, r.n_vocab);
             hydra_session_clear(s);
             if (st == HYDRA_OK && (st = eval_chunked(s, &r, 7, rows)) == HYDRA_OK)
-                b7 = compare_rows(r.logits, rows, N_PROMPT, r.n_vocab);
+                b7 = ref_score_rows(want, rows, REF_PROMPT, r.n_vocab);
         }
         hydra_session_free(s);
         if (st != HYDRA_OK)
             snprintf(why, sizeof why, "%s: %s: %s", name, hydra_strerror(st), hydra_last_error());
     }
     hydra_model_close(m);
-    free(r.logits);
+    free(want);
     free(rows);
     if (!loaded)
         FAIL("%s", why);
@@ -248,7 +162,7 @@ static void run_reference(test_ctx *t_, const char *name)
     printf("  %-20s batch(f32 kv) KL %.2e top1 %.3f | batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | "
            "by 7 KL %.2e top1 %.3f", name, batch32.kl, batch32.top1, batch16.kl, batch16.top1, tbt.kl, tbt.top1,
            b7.kl, b7.top1);
-    printf(" | greedy %d/%d | truncate max|d| %.1e  (bars: KL %.0e, top1 %.3f)\n", greedy, N_GREEDY, trunc_diff,
+    printf(" | greedy %d/%d | truncate max|d| %.1e  (bars: KL %.0e, top1 %.3f)\n", greedy, REF_GREEDY, trunc_diff,
            r.max_kl_mean, r.min_top1);
     CHECK_SCORE("one batch, F32 cache", batch32);
     CHECK_SCORE("one batch, F16 cache", batch16);

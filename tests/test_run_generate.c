@@ -11,6 +11,7 @@
  *   - docs/CLI.md names every flag --help lists.
  */
 #include "hydra.h"
+#include "refcheck.h"
 #include "synth.h"
 #include "test.h"
 #include "util.h"
@@ -88,47 +89,21 @@ static const char *tiny_model(char *path, size_t len)
 
 /* ------------------------------------------------------------ references */
 
-enum { N_PROMPT = 200, N_GREEDY = 32 };
-
+/* A reference case and its prompt as --prompt-tokens takes it. */
 typedef struct reference {
-    int prompt[N_PROMPT], greedy[N_GREEDY];
-    int n_vocab, min_greedy_match;
-    double max_kl_mean, min_top1;
-    char prompt_arg[N_PROMPT * 8]; /* "1,2,3" */
+    ref_case c;
+    char prompt_arg[REF_PROMPT * 8]; /* "1,2,3" */
 } reference;
-
-static bool json_ints(const cJSON *arr, int *out, int n)
-{
-    if (cJSON_GetArraySize(arr) != n)
-        return false;
-    for (int i = 0; i < n; i++)
-        out[i] = cJSON_GetArrayItem(arr, i)->valueint;
-    return true;
-}
 
 static bool load_reference(const char *name, reference *ref)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/ref/%s.json", test_shared_dir(), name);
-    cJSON *j = util_read_json(path);
-    snprintf(path, sizeof path, "%s/ref/tolerances.json", test_shared_dir());
-    cJSON *tol = util_read_json(path);
-    const cJSON *bars = cJSON_GetObjectItem(tol, name);
-    bool ok = j && bars && json_ints(cJSON_GetObjectItem(j, "prompt"), ref->prompt, N_PROMPT) &&
-              json_ints(cJSON_GetObjectItem(j, "greedy"), ref->greedy, N_GREEDY);
-    if (ok) {
-        ref->n_vocab = cJSON_GetObjectItem(j, "n_vocab")->valueint;
-        ref->max_kl_mean = cJSON_GetObjectItem(bars, "max_kl_mean")->valuedouble;
-        ref->min_top1 = cJSON_GetObjectItem(bars, "min_top1")->valuedouble;
-        ref->min_greedy_match = cJSON_GetObjectItem(bars, "min_greedy_match")->valueint;
-        size_t used = 0;
-        for (int i = 0; i < N_PROMPT; i++)
-            used += (size_t)snprintf(ref->prompt_arg + used, sizeof ref->prompt_arg - used, i ? ",%d" : "%d",
-                                     ref->prompt[i]);
-    }
-    cJSON_Delete(j);
-    cJSON_Delete(tol);
-    return ok;
+    if (!ref_load(name, &ref->c))
+        return false;
+    size_t used = 0;
+    for (int i = 0; i < REF_PROMPT; i++)
+        used += (size_t)snprintf(ref->prompt_arg + used, sizeof ref->prompt_arg - used, i ? ",%d" : "%d",
+                                 (int)ref->c.prompt[i]);
+    return true;
 }
 
 /* hydra-run on a reference's model and prompt ids, then `extra`. */
@@ -144,56 +119,6 @@ static bool run_on_reference(const char *name, const reference *ref, const char 
     bool ran = hydra_run(args, NULL, r);
     free(args);
     return ran;
-}
-
-/* ../shared/ref/README.md: KL(softmax(ref) || softmax(got)) per row in
- * double, averaged; top-1 agreement of the argmaxes. */
-static void log_softmax(const float *x, int n, double *out)
-{
-    double max = x[0], sum = 0;
-    for (int i = 1; i < n; i++)
-        max = x[i] > max ? x[i] : max;
-    for (int i = 0; i < n; i++)
-        sum += exp(x[i] - max);
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] - max - log(sum);
-}
-
-static int argmax_of(const double *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        best = x[i] > x[best] ? i : best;
-    return best;
-}
-
-static void score_rows(const float *ref, const float *got, int rows, int n_vocab, double *kl, double *top1)
-{
-    double *a = malloc(sizeof *a * (size_t)n_vocab), *b = malloc(sizeof *b * (size_t)n_vocab);
-    *kl = 0, *top1 = 0;
-    for (int r = 0; a && b && r < rows; r++) {
-        log_softmax(ref + (size_t)r * n_vocab, n_vocab, a);
-        log_softmax(got + (size_t)r * n_vocab, n_vocab, b);
-        for (int v = 0; v < n_vocab; v++)
-            *kl += exp(a[v]) * (a[v] - b[v]);
-        *top1 += argmax_of(a, n_vocab) == argmax_of(b, n_vocab);
-    }
-    *kl = a && b && !isnan(*kl) ? *kl / rows : INFINITY;
-    *top1 /= rows;
-    free(a);
-    free(b);
-}
-
-/* One float file of the reference's shape, or NULL. */
-static float *read_logits(const char *path, int n_vocab)
-{
-    size_t size = 0;
-    float *l = (float *)util_read_file(path, &size);
-    if (l != NULL && size != sizeof(float) * N_PROMPT * (size_t)n_vocab) {
-        free(l);
-        return NULL;
-    }
-    return l;
 }
 
 /* One qwen3moe F32 file (the tight bars) and one quantised Mixtral. */
@@ -217,18 +142,16 @@ TEST(run_logits_out_matches_the_reference_within_tolerance)
         CHECK(ran);
         CHECK_EQ_INT(status, 0);
         CHECK(quiet); /* the logits go to the file, nothing to stdout */
-        snprintf(ref_path, sizeof ref_path, "%s/ref/%s.logits.f32", test_shared_dir(), ref_models[k]);
-        float *want = read_logits(ref_path, ref.n_vocab), *got = read_logits(out, ref.n_vocab);
-        double kl = INFINITY, top1 = 0;
-        if (want && got)
-            score_rows(want, got, N_PROMPT, ref.n_vocab, &kl, &top1);
+        float *want = ref_read_logits(ref_logits_path(ref_models[k], ref_path, sizeof ref_path), ref.c.n_vocab, NULL);
+        float *got = ref_read_logits(out, ref.c.n_vocab, NULL);
+        ref_score sc = want && got ? ref_score_rows(want, got, REF_PROMPT, ref.c.n_vocab) : (ref_score){INFINITY, 0};
         free(want);
         free(got);
-        printf("    hydra-run --logits-out %s: KL %.3g (max %.3g), top-1 %.3f (min %.3f)\n", ref_models[k], kl,
-               ref.max_kl_mean, top1, ref.min_top1);
-        if (!(kl <= ref.max_kl_mean && top1 >= ref.min_top1))
+        printf("    hydra-run --logits-out %s: KL %.3g (max %.3g), top-1 %.3f (min %.3f)\n", ref_models[k], sc.kl,
+               ref.c.max_kl_mean, sc.top1, ref.c.min_top1);
+        if (!ref_passes(&ref.c, sc))
             FAIL("%s: KL %.3g, top-1 %.3f: outside the tolerance (or the file is not %d x %d floats)",
-                 ref_models[k], kl, top1, N_PROMPT, ref.n_vocab);
+                 ref_models[k], sc.kl, sc.top1, REF_PROMPT, ref.c.n_vocab);
     }
 }
 
@@ -240,21 +163,21 @@ TEST(run_print_ids_is_the_reference_greedy_continuation)
         CHECK(load_reference(ref_models[k], &ref));
         run_result r;
         CHECK(run_on_reference(ref_models[k], &ref, "-n 32 --temp 0 --print-ids", &r));
-        int ids[N_GREEDY + 1], n = 0, used = 0;
-        for (const char *p = r.out; n <= N_GREEDY && sscanf(p, "%d%n", &ids[n], &used) == 1; p += used)
+        int ids[REF_GREEDY + 1], n = 0, used = 0;
+        for (const char *p = r.out; n <= REF_GREEDY && sscanf(p, "%d%n", &ids[n], &used) == 1; p += used)
             n++;
         bool one_line = strchr(r.out, '\n') == r.out + strlen(r.out) - 1;
         int status = r.status;
         run_result_free(&r);
         CHECK_EQ_INT(status, 0);
         CHECK(one_line);
-        CHECK_EQ_INT(n, N_GREEDY); /* an end-of-generation id does not end the list */
+        CHECK_EQ_INT(n, REF_GREEDY); /* an end-of-generation id does not end the list */
         int match = 0;
-        while (match < N_GREEDY && ids[match] == ref.greedy[match])
+        while (match < REF_GREEDY && ids[match] == ref.c.greedy[match])
             match++;
-        if (match < ref.min_greedy_match)
+        if (match < ref.c.min_greedy_match)
             FAIL("%s: the first %d ids match the reference's greedy, want %d", ref_models[k], match,
-                 ref.min_greedy_match);
+                 ref.c.min_greedy_match);
     }
 }
 
@@ -399,16 +322,16 @@ TEST(run_text_generation_stops_at_an_end_of_generation_token)
     char path[512];
     CHECK(load_reference("mixtral-tiny-q4_0", &ref));
     int eog = 0;
-    while (eog < N_GREEDY && ref.greedy[eog] != 898)
+    while (eog < REF_GREEDY && ref.c.greedy[eog] != 898)
         eog++;
-    CHECK(eog < N_GREEDY);
+    CHECK(eog < REF_GREEDY);
     hydra_model *m;
     hydra_model_params mp = hydra_model_default_params();
     mp.path = shared_model("mixtral-tiny-q4_0", path, sizeof path);
     CHECK_OK(hydra_model_open(&m, &mp));
     char want[4096];
     size_t want_len = 0;
-    hydra_status st = hydra_detokenize(m, ref.greedy, (size_t)eog, false, want, sizeof want - 1, &want_len);
+    hydra_status st = hydra_detokenize(m, ref.c.greedy, (size_t)eog, false, want, sizeof want - 1, &want_len);
     hydra_model_close(m);
     CHECK_OK(st);
     want[want_len] = '\n';
