@@ -276,9 +276,10 @@ TEST(tq_ternary_values_round_trip_exactly)
         free(buf);
         for (int i = 0; i < BLOCKS * QK_K; i++)
             if (x[i] != y[i]) {
+                float was = x[i], got = y[i];
                 free(x);
                 free(y);
-                FAIL("%s: value %d is %g after a round trip, was %g", quant_traits_of(types[t])->name, i, y[i], x[i]);
+                FAIL("%s: value %d is %g after a round trip, was %g", quant_traits_of(types[t])->name, i, got, was);
             }
     }
     free(x);
