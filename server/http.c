@@ -63,8 +63,13 @@ struct http_conn {
     double linger_until;  /* lingering: the write side is shut, reads are dropped */
     bool reading, read_closed, closing, close_after_write, lingering, dispatching;
     int closes_pending;
-    char rbuf[READ_BUF];
 };
+
+/* One read buffer for every connection: libuv calls on_alloc, reads and
+ * calls on_read for one connection at a time on the loop thread, and
+ * on_read copies what it keeps, so a connection costs no 64 KiB of its
+ * own. */
+static char read_buf[READ_BUF];
 
 static http_parser_settings parser_settings;
 
@@ -616,9 +621,8 @@ static void parse_failed(http_conn *c)
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    (void)suggested;
-    http_conn *c = h->data;
-    *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
+    (void)suggested, (void)h;
+    *buf = uv_buf_init(read_buf, sizeof read_buf);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)

@@ -103,6 +103,16 @@ void outbox_fail(outbox *ob, srv_task *t, int status, const char *fmt, ...)
 void outbox_take(outbox *ob, srv_task *t, sbuf *text, task_out *out)
 {
     pthread_mutex_lock(&ob->lock);
+    /* Everything posted so far is taken now, so t leaves the ready list:
+     * the engine may have queued it again after outbox_drain took it off,
+     * and a done task is freed by its taker. */
+    if (t->out_queued) {
+        srv_task **p = &ob->ready;
+        while (*p != t)
+            p = &(*p)->out_next;
+        *p = t->out_next;
+        t->out_queued = false;
+    }
     if (t->out.text.len > 0)
         sbuf_add(text, t->out.text.data, t->out.text.len);
     t->out.text.len = 0;

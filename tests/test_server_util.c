@@ -159,13 +159,15 @@ const char *ts_log(const test_server *s)
 
 long ts_rss_kb(pid_t pid)
 {
-    char path[64];
+    char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    size_t n;
-    char *text = (char *)util_read_file(path, &n);
-    const char *at = text ? strstr(text, "VmRSS:") : NULL;
-    const long kb = at ? strtol(at + 6, NULL, 10) : -1;
-    free(text);
+    FILE *f = fopen(path, "r"); /* proc files have no size: read them line by line */
+    long kb = -1;
+    while (f != NULL && kb < 0 && fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = strtol(line + 6, NULL, 10);
+    if (f != NULL)
+        fclose(f);
     return kb;
 }
 
