@@ -606,22 +606,33 @@ static hydra_status parse_unary(parser *p, bool with_filter, jnode **out)
 
 typedef hydra_status (*operand_fn)(parser *p, jnode **out);
 
+/* An operator of one binary level: a token, or a keyword when word is set. */
+typedef struct binop {
+    jtok_op token;
+    const char *word;
+    jop op;
+} binop;
+
+/* The one of ops[0, n) at the cursor, NULL if none. */
+static const binop *binop_at(const parser *p, const binop *ops, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (ops[k].word ? is_name(cur(p), ops[k].word) : is_op(cur(p), ops[k].token))
+            return &ops[k];
+    return NULL;
+}
+
 /* One left-associative level: operand (op operand)*. */
-static hydra_status parse_binary_level(parser *p, operand_fn operand, const jtok_op *ops, const jop *codes,
-                                       size_t n_ops, jnode **out)
+static hydra_status parse_binary_level(parser *p, operand_fn operand, const binop *ops, size_t n_ops, jnode **out)
 {
     hydra_status st = operand(p, out);
-    while (st == HYDRA_OK) {
-        size_t k = 0;
-        while (k < n_ops && !is_op(cur(p), ops[k]))
-            k++;
-        if (k == n_ops)
-            break;
+    const binop *b;
+    while (st == HYDRA_OK && (b = binop_at(p, ops, n_ops)) != NULL) {
         jnode *n = node_new(p, N_BINARY, cur(p));
         if (n == NULL)
             return nomem(p);
         advance(p);
-        n->binary.op = codes[k];
+        n->binary.op = b->op;
         n->binary.left = *out;
         st = operand(p, &n->binary.right);
         *out = n;
@@ -636,45 +647,39 @@ static hydra_status parse_unary_filtered(parser *p, jnode **out)
 
 static hydra_status parse_pow(parser *p, jnode **out)
 {
-    static const jtok_op ops[] = {OPT_POW};
-    static const jop codes[] = {OP_POW};
-    return parse_binary_level(p, parse_unary_filtered, ops, codes, 1, out);
+    static const binop ops[] = {{OPT_POW, NULL, OP_POW}};
+    return parse_binary_level(p, parse_unary_filtered, ops, 1, out);
 }
 
 static hydra_status parse_math2(parser *p, jnode **out)
 {
-    static const jtok_op ops[] = {OPT_MUL, OPT_DIV, OPT_FLOORDIV, OPT_MOD};
-    static const jop codes[] = {OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD};
-    return parse_binary_level(p, parse_pow, ops, codes, 4, out);
+    static const binop ops[] = {
+        {OPT_MUL, NULL, OP_MUL}, {OPT_DIV, NULL, OP_DIV}, {OPT_FLOORDIV, NULL, OP_FLOORDIV}, {OPT_MOD, NULL, OP_MOD}};
+    return parse_binary_level(p, parse_pow, ops, 4, out);
 }
 
 static hydra_status parse_concat(parser *p, jnode **out)
 {
-    static const jtok_op ops[] = {OPT_TILDE};
-    static const jop codes[] = {OP_CONCAT};
-    return parse_binary_level(p, parse_math2, ops, codes, 1, out);
+    static const binop ops[] = {{OPT_TILDE, NULL, OP_CONCAT}};
+    return parse_binary_level(p, parse_math2, ops, 1, out);
 }
 
 static hydra_status parse_math1(parser *p, jnode **out)
 {
-    static const jtok_op ops[] = {OPT_ADD, OPT_SUB};
-    static const jop codes[] = {OP_ADD, OP_SUB};
-    return parse_binary_level(p, parse_concat, ops, codes, 2, out);
+    static const binop ops[] = {{OPT_ADD, NULL, OP_ADD}, {OPT_SUB, NULL, OP_SUB}};
+    return parse_binary_level(p, parse_concat, ops, 2, out);
 }
 
 /* The comparison operator at the cursor, consuming it; false if none. */
 static bool compare_op(parser *p, jop *op)
 {
-    static const jtok_op ops[] = {OPT_EQ, OPT_NE, OPT_LT, OPT_LE, OPT_GT, OPT_GE};
-    static const jop codes[] = {OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE};
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        if (is_op(cur(p), ops[k])) {
-            *op = codes[k];
-            advance(p);
-            return true;
-        }
-    if (is_name(cur(p), "in")) {
-        *op = OP_IN;
+    static const binop ops[] = {
+        {OPT_EQ, NULL, OP_EQ}, {OPT_NE, NULL, OP_NE}, {OPT_LT, NULL, OP_LT}, {OPT_LE, NULL, OP_LE},
+        {OPT_GT, NULL, OP_GT}, {OPT_GE, NULL, OP_GE}, {.word = "in", .op = OP_IN},
+    };
+    const binop *b = binop_at(p, ops, sizeof ops / sizeof ops[0]);
+    if (b != NULL) {
+        *op = b->op;
         advance(p);
         return true;
     }
@@ -749,34 +754,14 @@ static hydra_status parse_not(parser *p, jnode **out)
 
 static hydra_status parse_and(parser *p, jnode **out)
 {
-    hydra_status st = parse_not(p, out);
-    while (st == HYDRA_OK && is_name(cur(p), "and")) {
-        jnode *n = node_new(p, N_BINARY, cur(p));
-        if (n == NULL)
-            return nomem(p);
-        advance(p);
-        n->binary.op = OP_AND;
-        n->binary.left = *out;
-        st = parse_not(p, &n->binary.right);
-        *out = n;
-    }
-    return st;
+    static const binop ops[] = {{.word = "and", .op = OP_AND}};
+    return parse_binary_level(p, parse_not, ops, 1, out);
 }
 
 static hydra_status parse_or(parser *p, jnode **out)
 {
-    hydra_status st = parse_and(p, out);
-    while (st == HYDRA_OK && is_name(cur(p), "or")) {
-        jnode *n = node_new(p, N_BINARY, cur(p));
-        if (n == NULL)
-            return nomem(p);
-        advance(p);
-        n->binary.op = OP_OR;
-        n->binary.left = *out;
-        st = parse_and(p, &n->binary.right);
-        *out = n;
-    }
-    return st;
+    static const binop ops[] = {{.word = "or", .op = OP_OR}};
+    return parse_binary_level(p, parse_and, ops, 1, out);
 }
 
 /* "a if b else c"; without else the value is undefined when b is false. */
@@ -822,6 +807,24 @@ static hydra_status expect_end_tag(parser *p, const char *name)
     }
     advance(p);
     return end_of_tag(p);
+}
+
+/* Where parse_body stopped at "{% else %}" or the closing "{% end %}" of
+ * an if or a for: the else branch, if there is one, into *otherwise, then
+ * the closing tag. */
+static hydra_status parse_else_and_end(parser *p, const char *end, jnode **otherwise)
+{
+    if (is_name(peek(p, 1), "else")) {
+        const char *const end_only[] = {end, NULL};
+        advance(p);
+        advance(p);
+        hydra_status st = end_of_tag(p);
+        if (st == HYDRA_OK)
+            st = parse_body(p, end_only, otherwise);
+        if (st != HYDRA_OK)
+            return st;
+    }
+    return expect_end_tag(p, end);
 }
 
 /* name | name.attr (set only) | name, name, ... */
@@ -876,7 +879,6 @@ static hydra_status parse_target(parser *p, bool with_namespace, jtarget *target
 static hydra_status parse_if(parser *p, const jtoken *at, jnode **out)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
-    static const char *const end_only[] = {"endif", NULL};
     jnode **slot = out;
     for (;;) {
         jnode *n = node_new(p, N_IF, at);
@@ -898,20 +900,13 @@ static hydra_status parse_if(parser *p, const jtoken *at, jnode **out)
             slot = &n->cond.otherwise;
             continue;
         }
-        if (is_name(tag, "else")) {
-            advance(p);
-            advance(p);
-            if ((st = end_of_tag(p)) != HYDRA_OK || (st = parse_body(p, end_only, &n->cond.otherwise)) != HYDRA_OK)
-                return st;
-        }
-        return expect_end_tag(p, "endif");
+        return parse_else_and_end(p, "endif", &n->cond.otherwise);
     }
 }
 
 static hydra_status parse_for(parser *p, const jtoken *at, jnode **out)
 {
     static const char *const ends[] = {"endfor", "else", NULL};
-    static const char *const end_only[] = {"endfor", NULL};
     jnode *n = node_new(p, N_FOR, at);
     if (n == NULL)
         return nomem(p);
@@ -938,13 +933,7 @@ static hydra_status parse_for(parser *p, const jtoken *at, jnode **out)
     p->loops--;
     if (st != HYDRA_OK)
         return st;
-    if (is_name(peek(p, 1), "else")) {
-        advance(p);
-        advance(p);
-        if ((st = end_of_tag(p)) != HYDRA_OK || (st = parse_body(p, end_only, &n->loop.otherwise)) != HYDRA_OK)
-            return st;
-    }
-    return expect_end_tag(p, "endfor");
+    return parse_else_and_end(p, "endfor", &n->loop.otherwise);
 }
 
 static hydra_status parse_set(parser *p, const jtoken *at, jnode **out)
