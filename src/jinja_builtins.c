@@ -1043,7 +1043,7 @@ static const jbuiltin filters[] = {
     {NULL, NULL, 0, {NULL}, false, false},
 };
 
-static const jbuiltin *find_in(const jbuiltin *table, const char *name, size_t len)
+const jbuiltin *jbuiltin_find(const jbuiltin *table, const char *name, size_t len)
 {
     for (; table->name; table++)
         if (strlen(table->name) == len && memcmp(table->name, name, len) == 0)
@@ -1053,10 +1053,10 @@ static const jbuiltin *find_in(const jbuiltin *table, const char *name, size_t l
 
 const jbuiltin *jfilter_find(const char *name, size_t len)
 {
-    return find_in(filters, name, len);
+    return jbuiltin_find(filters, name, len);
 }
 
 const jbuiltin *jtest_find(const char *name, size_t len)
 {
-    return find_in(tests, name, len);
+    return jbuiltin_find(tests, name, len);
 }

@@ -217,6 +217,8 @@ struct jbuiltin {
 
 static inline bool jarg_given(jv v) { return !(v.kind == JV_UNDEFINED && v.undefined_name == NULL); }
 
+/* The entry of a table (ended by a NULL name) named name[0, len), or NULL. */
+const jbuiltin *jbuiltin_find(const jbuiltin *table, const char *name, size_t len);
 const jbuiltin *jfilter_find(const char *name, size_t len);
 const jbuiltin *jtest_find(const char *name, size_t len);
 const jbuiltin *jglobal_find(const char *name, size_t len);

@@ -609,25 +609,17 @@ static const jbuiltin loop_methods[] = {
     {NULL, NULL, 0, {NULL}, false, false},
 };
 
-static const jbuiltin *find_in(const jbuiltin *table, const char *name, size_t len)
-{
-    for (; table->name; table++)
-        if (strlen(table->name) == len && memcmp(table->name, name, len) == 0)
-            return table;
-    return NULL;
-}
-
 const jbuiltin *jmethod_find(jkind kind, const char *name, size_t len)
 {
     switch (kind) {
     case JV_STRING:
-        return find_in(str_methods, name, len);
+        return jbuiltin_find(str_methods, name, len);
     case JV_DICT:
-        return find_in(dict_methods, name, len);
+        return jbuiltin_find(dict_methods, name, len);
     case JV_LIST:
-        return find_in(list_methods, name, len);
+        return jbuiltin_find(list_methods, name, len);
     case JV_LOOP:
-        return find_in(loop_methods, name, len);
+        return jbuiltin_find(loop_methods, name, len);
     default:
         return NULL;
     }
@@ -771,5 +763,5 @@ static const jbuiltin globals[] = {
 
 const jbuiltin *jglobal_find(const char *name, size_t len)
 {
-    return find_in(globals, name, len);
+    return jbuiltin_find(globals, name, len);
 }
