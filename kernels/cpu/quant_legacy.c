@@ -94,20 +94,33 @@ static uint16_t f16_round(float v, float *seen)
     return h;
 }
 
-/* q[j] = clamp(round(x[j] / d) + bias, 0, nmax); 0 where d == 0 yields bias. */
-static void quantise_symmetric(const float *x, float d, int bias, int nmax, int *q)
+/* Q4_0 and Q5_0 (value = d * (q - bias), q in [0, 2 * bias)): the largest
+ * magnitude maps to -bias, the level the positive side lacks;
+ * q[j] = clamp(round(x[j] / d) + bias), 0 where d == 0 yields bias.
+ * Returns d as f16. */
+static uint16_t quantise_symmetric(const float *x, int bias, int *q)
 {
+    float d;
+    uint16_t h = f16_round(signed_absmax(x, QK_LEGACY) / (float)-bias, &d);
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK_LEGACY; j++)
-        q[j] = quant_clamp(quant_round(x[j] * id) + bias, 0, nmax);
+        q[j] = quant_clamp(quant_round(x[j] * id) + bias, 0, 2 * bias - 1);
+    return h;
 }
 
-/* q[j] = clamp(round((x[j] - lo) / d), 0, nmax). */
-static void quantise_affine(const float *x, float d, float lo, int nmax, int *q)
+/* Q4_1 and Q5_1 (value = d * q + m, q in 0..nmax): the block's range spread
+ * over the levels, q[j] = clamp(round((x[j] - m) / d)).  Returns d and *m
+ * as f16. */
+static uint16_t quantise_affine(const float *x, int nmax, uint16_t *m_bits, int *q)
 {
+    float lo, hi, d, m;
+    min_max(x, QK_LEGACY, &lo, &hi);
+    uint16_t h = f16_round((hi - lo) / (float)nmax, &d);
+    *m_bits = f16_round(lo, &m);
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK_LEGACY; j++)
-        q[j] = quant_clamp(quant_round((x[j] - lo) * id), 0, nmax);
+        q[j] = quant_clamp(quant_round((x[j] - m) * id), 0, nmax);
+    return h;
 }
 
 /* Low nibbles hold values 0..15, high nibbles 16..31. */
@@ -133,6 +146,16 @@ static uint32_t fifth_bits(const uint8_t *qh)
     return bits;
 }
 
+/* The inverse of pack_nibbles and pack_fifth_bits (qh = 0 for the 4-bit
+ * formats), less bias. */
+static void unpack_ints(const uint8_t *qs, uint32_t qh, int bias, int8_t *q)
+{
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - bias);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - bias);
+    }
+}
+
 /* ---- Q4_0: value = d * (q - 8) ------------------------------------------ */
 
 static void decode_q4_0(const void *blk, quant_b32 *u)
@@ -140,10 +163,7 @@ static void decode_q4_0(const void *blk, quant_b32 *u)
     const block_q4_0 *b = blk;
     u->d = fp16_to_fp32(b->d);
     u->neg_m = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        u->q[j] = (int8_t)((b->qs[j] & 0xF) - 8);
-        u->q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
-    }
+    unpack_ints(b->qs, 0, 8, u->q);
 }
 
 void quant_ref_q4_0_to_float(const void *src, float *dst, int64_t n)
@@ -151,15 +171,12 @@ void quant_ref_q4_0_to_float(const void *src, float *dst, int64_t n)
     quant_b32_to_float(src, sizeof(block_q4_0), decode_q4_0, dst, n);
 }
 
-/* The largest magnitude maps to -8, the level the positive side lacks. */
 void quant_ref_q4_0_from_float(const float *src, void *dst, int64_t n)
 {
     block_q4_0 *b = dst;
     int q[QK_LEGACY];
     for (int64_t i = 0; i < n / QK_LEGACY; i++, src += QK_LEGACY) {
-        float d;
-        b[i].d = f16_round(signed_absmax(src, QK_LEGACY) / -8.0f, &d);
-        quantise_symmetric(src, d, 8, 15, q);
+        b[i].d = quantise_symmetric(src, 8, q);
         pack_nibbles(q, b[i].qs);
     }
 }
@@ -176,10 +193,7 @@ static void decode_q4_1(const void *blk, quant_b32 *u)
     const block_q4_1 *b = blk;
     u->d = fp16_to_fp32(b->d);
     u->neg_m = -fp16_to_fp32(b->m);
-    for (int j = 0; j < 16; j++) {
-        u->q[j] = (int8_t)(b->qs[j] & 0xF);
-        u->q[j + 16] = (int8_t)(b->qs[j] >> 4);
-    }
+    unpack_ints(b->qs, 0, 0, u->q);
 }
 
 void quant_ref_q4_1_to_float(const void *src, float *dst, int64_t n)
@@ -192,13 +206,9 @@ void quant_ref_q4_1_from_float(const float *src, void *dst, int64_t n)
     block_q4_1 *b = dst;
     int q[QK_LEGACY];
     for (int64_t i = 0; i < n / QK_LEGACY; i++, src += QK_LEGACY) {
-        float lo, hi;
-        min_max(src, QK_LEGACY, &lo, &hi);
-        float d;
-        b[i].d = f16_round((hi - lo) / 15.0f, &d);
-        float m;
-        b[i].m = f16_round(lo, &m);
-        quantise_affine(src, d, m, 15, q);
+        uint16_t m;
+        b[i].d = quantise_affine(src, 15, &m, q);
+        b[i].m = m;
         pack_nibbles(q, b[i].qs);
     }
 }
@@ -213,13 +223,9 @@ void quant_ref_q4_1_vec_dot(int64_t n, float *out, const void *w, const void *a)
 static void decode_q5_0(const void *blk, quant_b32 *u)
 {
     const block_q5_0 *b = blk;
-    uint32_t qh = fifth_bits(b->qh);
     u->d = fp16_to_fp32(b->d);
     u->neg_m = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        u->q[j] = (int8_t)(((b->qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
-        u->q[j + 16] = (int8_t)(((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
-    }
+    unpack_ints(b->qs, fifth_bits(b->qh), 16, u->q);
 }
 
 void quant_ref_q5_0_to_float(const void *src, float *dst, int64_t n)
@@ -232,9 +238,7 @@ void quant_ref_q5_0_from_float(const float *src, void *dst, int64_t n)
     block_q5_0 *b = dst;
     int q[QK_LEGACY];
     for (int64_t i = 0; i < n / QK_LEGACY; i++, src += QK_LEGACY) {
-        float d;
-        b[i].d = f16_round(signed_absmax(src, QK_LEGACY) / -16.0f, &d);
-        quantise_symmetric(src, d, 16, 31, q);
+        b[i].d = quantise_symmetric(src, 16, q);
         pack_nibbles(q, b[i].qs);
         pack_fifth_bits(q, b[i].qh);
     }
@@ -250,13 +254,9 @@ void quant_ref_q5_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
 static void decode_q5_1(const void *blk, quant_b32 *u)
 {
     const block_q5_1 *b = blk;
-    uint32_t qh = fifth_bits(b->qh);
     u->d = fp16_to_fp32(b->d);
     u->neg_m = -fp16_to_fp32(b->m);
-    for (int j = 0; j < 16; j++) {
-        u->q[j] = (int8_t)((b->qs[j] & 0xF) | ((qh >> j) & 1) << 4);
-        u->q[j + 16] = (int8_t)((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-    }
+    unpack_ints(b->qs, fifth_bits(b->qh), 0, u->q);
 }
 
 void quant_ref_q5_1_to_float(const void *src, float *dst, int64_t n)
@@ -269,13 +269,9 @@ void quant_ref_q5_1_from_float(const float *src, void *dst, int64_t n)
     block_q5_1 *b = dst;
     int q[QK_LEGACY];
     for (int64_t i = 0; i < n / QK_LEGACY; i++, src += QK_LEGACY) {
-        float lo, hi;
-        min_max(src, QK_LEGACY, &lo, &hi);
-        float d;
-        b[i].d = f16_round((hi - lo) / 31.0f, &d);
-        float m;
-        b[i].m = f16_round(lo, &m);
-        quantise_affine(src, d, m, 31, q);
+        uint16_t m;
+        b[i].d = quantise_affine(src, 31, &m, q);
+        b[i].m = m;
         pack_nibbles(q, b[i].qs);
         pack_fifth_bits(q, b[i].qh);
     }
