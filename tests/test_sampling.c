@@ -347,6 +347,20 @@ static bool frequencies_match(const hydra_token *tok, int n, const double *expec
 
 enum { N_DRAWS = 100000 };
 
+/* N_DRAWS draws with p; *ok: whether their frequencies match expect (if
+ * not, the reason in why). */
+static hydra_status draws_match(const hydra_sampler_params *p, const float *logits, int n_vocab,
+                                const double *expect, bool *ok, char *why, size_t why_len)
+{
+    hydra_token *tok = malloc(sizeof *tok * N_DRAWS);
+    if (tok == NULL)
+        return HYDRA_ERR_NOMEM;
+    hydra_status st = draw(p, logits, n_vocab, tok, N_DRAWS);
+    *ok = st == HYDRA_OK && frequencies_match(tok, N_DRAWS, expect, n_vocab, why, why_len);
+    free(tok);
+    return st;
+}
+
 TEST(sampler_draws_follow_the_tempered_softmax)
 {
     static const float logits[5] = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f};
@@ -359,13 +373,9 @@ TEST(sampler_draws_follow_the_tempered_softmax)
     hydra_sampler_params p = plain_params();
     p.temperature = (float)t;
     p.seed = 1234;
-    hydra_token *tok = malloc(sizeof *tok * N_DRAWS);
-    CHECK(tok != NULL);
-    hydra_status st = draw(&p, logits, 5, tok, N_DRAWS);
+    bool ok;
     char why[200] = "";
-    bool ok = st == HYDRA_OK && frequencies_match(tok, N_DRAWS, expect, 5, why, sizeof why);
-    free(tok);
-    CHECK_OK(st);
+    CHECK_OK(draws_match(&p, logits, 5, expect, &ok, why, sizeof why));
     if (!ok)
         FAIL("%s", why);
 }
@@ -384,13 +394,9 @@ TEST(sampler_draws_follow_the_truncated_distribution)
         expect[v] /= z;
     hydra_sampler_params p = hydra_sampler_default_params();
     p.seed = 77;
-    hydra_token *tok = malloc(sizeof *tok * N_DRAWS);
-    CHECK(tok != NULL);
-    hydra_status st = draw(&p, logits, 10, tok, N_DRAWS);
+    bool ok;
     char why[200] = "";
-    bool ok = st == HYDRA_OK && frequencies_match(tok, N_DRAWS, expect, 10, why, sizeof why);
-    free(tok);
-    CHECK_OK(st);
+    CHECK_OK(draws_match(&p, logits, 10, expect, &ok, why, sizeof why));
     if (!ok)
         FAIL("%s", why);
 }
