@@ -11,35 +11,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-typedef struct tool_run {
-    int status; /* exit status; -1 if the tool did not exit normally */
-    char *out;  /* captured stdout, NUL-terminated */
-    char *err;  /* captured stderr */
-} tool_run;
-
-static void tool_run_free(tool_run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-/* Runs "<env> <build>/<tool> <args>", capturing both streams. */
-static bool run_tool(const char *env, const char *tool, const char *args, tool_run *r)
-{
-    char out[4096], err[4096], cmd[16384];
-    snprintf(out, sizeof out, "%s", util_scratch_path("cli-stdout.txt"));
-    snprintf(err, sizeof err, "%s", util_scratch_path("cli-stderr.txt"));
-    snprintf(cmd, sizeof cmd, "%s %s/%s %s >%s 2>%s", env ? env : "", test_build_dir(), tool, args, out, err);
-    int rc = system(cmd);
-    size_t n;
-    r->status = rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    r->out = (char *)util_read_file(out, &n);
-    r->err = (char *)util_read_file(err, &n);
-    return r->out != NULL && r->err != NULL;
-}
 
 static bool contains(const char *text, const char *what)
 {
@@ -73,7 +45,7 @@ TEST(cli_info_prints_arch_hparams_and_quant_mix)
     tool_run r;
     CHECK_OK(scratch_model("mixtral-tiny", "cli-llama.gguf", path, sizeof path));
     snprintf(args, sizeof args, "--info -m %s", path);
-    CHECK(run_tool(NULL, "hydra-run", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
     bool ok = contains(r.out, "architecture:  llama") && contains(r.out, "llama.expert_count") &&
               contains(r.out, "quant mix:") && contains(r.out, "Q8_0") && contains(r.out, "F32") &&
               contains(r.out, "parameters:") && contains(r.out, "tokenizer:     gpt2 (pre tekken)");
@@ -91,7 +63,7 @@ TEST(cli_info_verbose_lists_tensors)
     tool_run r;
     CHECK_OK(scratch_model("mixtral-tiny", "cli-llama-v.gguf", path, sizeof path));
     snprintf(args, sizeof args, "--info -v -m %s", path);
-    CHECK(run_tool(NULL, "hydra-run", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
     bool ok = contains(r.out, "blk.1.ffn_down_exps.weight") && contains(r.out, "[128, 128, 8]") &&
               contains(r.out, "tensors:");
     int status = r.status;
@@ -107,7 +79,7 @@ TEST(cli_missing_file_exits_1_with_the_loaders_message)
     snprintf(path, sizeof path, "%s", util_scratch_path("no-such-model.gguf"));
     remove(path);
     snprintf(args, sizeof args, "--info -m %s", path);
-    CHECK(run_tool(NULL, "hydra-run", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
     bool ok = contains(r.err, path) && contains(r.err, "hydra-run:") && r.out[0] == '\0';
     int status = r.status;
     tool_run_free(&r);
@@ -127,7 +99,7 @@ TEST(cli_truncated_file_exits_1_with_the_loaders_message)
     free(bytes);
     CHECK_EQ_INT(wrote, 0);
     snprintf(args, sizeof args, "--info -m %s", path);
-    CHECK(run_tool(NULL, "hydra-run", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
     /* The reader names what is cut short and where ("... at byte N"). */
     bool ok = contains(r.err, hydra_strerror(HYDRA_ERR_FORMAT)) && contains(r.err, "byte");
     int status = r.status;
@@ -141,7 +113,7 @@ TEST(cli_truncated_file_exits_1_with_the_loaders_message)
 TEST(cli_bad_option_exits_1)
 {
     tool_run r;
-    CHECK(run_tool(NULL, "hydra-run", "--no-such-option", &r));
+    CHECK(util_run_tool(NULL, "hydra-run", "--no-such-option", NULL, &r));
     bool ok = contains(r.err, "--no-such-option");
     int status = r.status;
     tool_run_free(&r);
@@ -159,8 +131,8 @@ TEST(cli_default_model_is_written_once_then_reused)
     snprintf(model, sizeof model, "%s/hydra/default-tiny.gguf", xdg);
     remove(model);
     snprintf(env, sizeof env, "env XDG_CACHE_HOME=%s HOME=%s", xdg, xdg);
-    CHECK(run_tool(env, "hydra-run", "--info", &first));
-    CHECK(run_tool(env, "hydra-run", "--info", &second));
+    CHECK(util_run_tool(env, "hydra-run", "--info", NULL, &first));
+    CHECK(util_run_tool(env, "hydra-run", "--info", NULL, &second));
     bool said = contains(first.err, "built-in default") && contains(first.err, model) &&
                 contains(first.err, "written") && contains(second.err, "cached");
     bool described = contains(first.out, "architecture:  qwen3moe") && contains(second.out, "qwen3moe");
@@ -182,7 +154,7 @@ TEST(cli_default_model_falls_back_to_home_cache)
     snprintf(model, sizeof model, "%s/.cache/hydra/default-tiny.gguf", home);
     remove(model);
     snprintf(env, sizeof env, "env -u XDG_CACHE_HOME HOME=%s", home);
-    CHECK(run_tool(env, "hydra-run", "--info", &r));
+    CHECK(util_run_tool(env, "hydra-run", "--info", NULL, &r));
     bool said = contains(r.err, model);
     int status = r.status;
     tool_run_free(&r);
@@ -197,7 +169,7 @@ TEST(cli_without_info_generates_text)
     tool_run r;
     CHECK_OK(scratch_model("tiny", "cli-nogen.gguf", path, sizeof path));
     snprintf(args, sizeof args, "-m %s -no-cnv -n 4", path);
-    CHECK(run_tool(NULL, "hydra-run", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
     bool ok = contains(r.err, "eval time") && !contains(r.out, "architecture:");
     int status = r.status;
     tool_run_free(&r);
@@ -214,7 +186,7 @@ TEST(mkmodel_writes_the_requested_shape)
     snprintf(path, sizeof path, "%s", util_scratch_path("mk-llama.gguf"));
     snprintf(args, sizeof args, "-o %s --arch llama --layers 3 --experts 4 --experts-used 1 --type f16 --seed 9",
              path);
-    CHECK(run_tool(NULL, "hydra-mkmodel", args, &r));
+    CHECK(util_run_tool(NULL, "hydra-mkmodel", args, NULL, &r));
     int status = r.status;
     tool_run_free(&r);
     CHECK_EQ_INT(status, 0);
@@ -264,7 +236,7 @@ TEST(mkmodel_bad_arguments_exit_2_with_a_message)
             snprintf(args, sizeof args, "%s", cases[i].args + 1);
         else
             snprintf(args, sizeof args, "-o %s %s", path, cases[i].args);
-        CHECK(run_tool(NULL, "hydra-mkmodel", args, &r));
+        CHECK(util_run_tool(NULL, "hydra-mkmodel", args, NULL, &r));
         bool ok = r.status == 2 && contains(r.err, "hydra-mkmodel:") && contains(r.err, cases[i].says) &&
                   access(path, F_OK) != 0;
         if (!ok)
@@ -278,7 +250,7 @@ TEST(mkmodel_bad_arguments_exit_2_with_a_message)
 TEST(mkmodel_help_lists_presets_and_types)
 {
     tool_run r;
-    CHECK(run_tool(NULL, "hydra-mkmodel", "--help", &r));
+    CHECK(util_run_tool(NULL, "hydra-mkmodel", "--help", NULL, &r));
     bool ok = contains(r.out, "qwen3-30b-a3b") && contains(r.out, "Q8_0") && contains(r.out, "--experts-used");
     int status = r.status;
     tool_run_free(&r);

@@ -23,49 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct run_result {
-    int status; /* exit status; -1 if it did not exit normally */
-    char *out, *err;
-} run_result;
-
-static void run_result_free(run_result *r)
+/* hydra-run with these arguments; input (may be NULL) as its stdin. */
+static bool hydra_run(const char *args, const char *input, tool_run *r)
 {
-    free(r->out);
-    free(r->err);
-}
-
-/* A random-weight model may print NUL bytes: they become 0x01, so that
- * string functions see all of the output. */
-static char *read_output(const char *path)
-{
-    size_t n = 0;
-    char *text = (char *)util_read_file(path, &n);
-    for (size_t i = 0; text != NULL && i < n; i++)
-        text[i] = text[i] == '\0' ? '\x01' : text[i];
-    return text;
-}
-
-/* Runs a shell command line with `hydra-run` standing for the binary;
- * input (may be NULL) becomes its stdin. */
-static bool hydra_run(const char *args, const char *input, run_result *r)
-{
-    char in[4096], out[4096], err[4096];
-    snprintf(in, sizeof in, "%s", util_scratch_path("gen-stdin.txt"));
-    snprintf(out, sizeof out, "%s", util_scratch_path("gen-stdout.txt"));
-    snprintf(err, sizeof err, "%s", util_scratch_path("gen-stderr.txt"));
-    if (util_write_file(in, input ? input : "", input ? strlen(input) : 0) != 0)
-        return false;
-    size_t cap = strlen(args) + 3 * sizeof in + 256;
-    char *cmd = malloc(cap);
-    if (cmd == NULL)
-        return false;
-    snprintf(cmd, cap, "%s/hydra-run %s <%s >%s 2>%s", test_build_dir(), args, in, out, err);
-    int rc = system(cmd);
-    free(cmd);
-    r->status = rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    r->out = read_output(out);
-    r->err = read_output(err);
-    return r->out != NULL && r->err != NULL;
+    return util_run_tool(NULL, "hydra-run", args, input, r);
 }
 
 static bool has(const char *text, const char *what) { return text != NULL && strstr(text, what) != NULL; }
@@ -107,7 +68,7 @@ static bool load_reference(const char *name, reference *ref)
 }
 
 /* hydra-run on a reference's model and prompt ids, then `extra`. */
-static bool run_on_reference(const char *name, const reference *ref, const char *extra, run_result *r)
+static bool run_on_reference(const char *name, const reference *ref, const char *extra, tool_run *r)
 {
     char model[512];
     size_t cap = sizeof ref->prompt_arg + strlen(extra) + sizeof model + 64;
@@ -134,11 +95,11 @@ TEST(run_logits_out_matches_the_reference_within_tolerance)
         snprintf(out, sizeof out, "%s", util_scratch_path("gen-logits.f32"));
         remove(out);
         snprintf(extra, sizeof extra, "--logits-out %s -n 0", out);
-        run_result r;
+        tool_run r;
         bool ran = run_on_reference(ref_models[k], &ref, extra, &r);
         int status = r.status;
         bool quiet = ran && r.out[0] == '\0';
-        run_result_free(&r);
+        tool_run_free(&r);
         CHECK(ran);
         CHECK_EQ_INT(status, 0);
         CHECK(quiet); /* the logits go to the file, nothing to stdout */
@@ -161,14 +122,14 @@ TEST(run_print_ids_is_the_reference_greedy_continuation)
     for (size_t k = 0; k < sizeof ref_models / sizeof ref_models[0]; k++) {
         static reference ref;
         CHECK(load_reference(ref_models[k], &ref));
-        run_result r;
+        tool_run r;
         CHECK(run_on_reference(ref_models[k], &ref, "-n 32 --temp 0 --print-ids", &r));
         int ids[REF_GREEDY + 1], n = 0, used = 0;
         for (const char *p = r.out; n <= REF_GREEDY && sscanf(p, "%d%n", &ids[n], &used) == 1; p += used)
             n++;
         bool one_line = strchr(r.out, '\n') == r.out + strlen(r.out) - 1;
         int status = r.status;
-        run_result_free(&r);
+        tool_run_free(&r);
         CHECK_EQ_INT(status, 0);
         CHECK(one_line);
         CHECK_EQ_INT(n, REF_GREEDY); /* an end-of-generation id does not end the list */
@@ -224,7 +185,7 @@ static void tokenize_cases(test_ctx *t_, const char *name, int step)
         line = nl + 1;
         if (index % step != 0)
             continue;
-        run_result r;
+        tool_run r;
         if (util_write_file(text_path, text, (size_t)(end - text)) != 0 || !hydra_run(args, NULL, &r))
             break;
         size_t n = strlen(r.out);
@@ -232,7 +193,7 @@ static void tokenize_cases(test_ctx *t_, const char *name, int step)
             r.out[n - 1] = '\0';
         if (r.status != 0 || strcmp(r.out, want) != 0)
             failure = strdup(r.out);
-        run_result_free(&r);
+        tool_run_free(&r);
         checked++;
     }
     free(inp);
@@ -258,7 +219,7 @@ TEST(run_tokenize_recognises_special_tokens)
 {
     REQUIRE_SHARED();
     char model[512];
-    run_result r;
+    tool_run r;
     char args[1024];
     /* ../shared/models/README.md: qwen3moe appends <|endoftext|> <|im_start|> <|im_end|> from id 896 */
     snprintf(args, sizeof args, "-m %s --tokenize -p '<|im_start|><|im_end|><|endoftext|>'",
@@ -267,7 +228,7 @@ TEST(run_tokenize_recognises_special_tokens)
     bool ok = r.status == 0 && strcmp(r.out, "897 898 896\n") == 0;
     if (!ok)
         printf("    stdout '%s', stderr '%s'\n", r.out, r.err);
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK(ok);
 }
 
@@ -278,7 +239,7 @@ TEST(run_echoes_the_prompt_then_continues_it_and_reports_timing)
     char model[4096], args[4400];
     CHECK(tiny_model(model, sizeof model) != NULL);
     snprintf(args, sizeof args, "-m %s -p 'Once upon a time' -n 8 --ignore-eos -s 3", model);
-    run_result r;
+    tool_run r;
     CHECK(hydra_run(args, NULL, &r));
     bool echoed = strncmp(r.out, "Once upon a time", 16) == 0 && strlen(r.out) > 17;
     bool timed = has(r.err, "load time") && has(r.err, "prompt eval time") && has(r.err, "eval time") &&
@@ -286,7 +247,7 @@ TEST(run_echoes_the_prompt_then_continues_it_and_reports_timing)
     int status = r.status;
     if (!timed)
         printf("    stderr: %s\n", r.err);
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK_EQ_INT(status, 0);
     CHECK(echoed);
     CHECK(timed);
@@ -301,7 +262,7 @@ TEST(run_same_seed_same_text_other_seed_other_text)
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "-m %s -p 'Hello' -n 24 --ignore-eos --temp 1.5 --top-k 0 -s %d", model,
                  seeds[i]);
-        run_result r;
+        tool_run r;
         CHECK(hydra_run(args, NULL, &r));
         outs[i] = r.out;
         free(r.err);
@@ -336,14 +297,14 @@ TEST(run_text_generation_stops_at_an_end_of_generation_token)
     CHECK_OK(st);
     want[want_len] = '\n';
     want[want_len + 1] = '\0';
-    run_result r;
+    tool_run r;
     CHECK(run_on_reference("mixtral-tiny-q4_0", &ref, "-n 32 --temp 0", &r));
     char evaluated[64];
     snprintf(evaluated, sizeof evaluated, "/ %5d tokens", eog); /* each printed token, none after */
     bool ok = r.status == 0 && strcmp(r.out, want) == 0 && has(r.err, evaluated);
     if (!ok)
         printf("    got '%s', want '%s' (%d tokens)\n    %s\n", r.out, want, eog, r.err);
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK(ok);
 }
 
@@ -354,7 +315,7 @@ TEST(run_stop_string_ends_the_text_before_it)
     char model[4096], args[4600];
     CHECK(tiny_model(model, sizeof model) != NULL);
     snprintf(args, sizeof args, "-m %s -p 'The' --no-display-prompt -n 40 --ignore-eos --temp 0", model);
-    run_result full;
+    tool_run full;
     CHECK(hydra_run(args, NULL, &full));
     /* three letters at least 4 bytes in */
     const char *stop = NULL;
@@ -363,21 +324,21 @@ TEST(run_stop_string_ends_the_text_before_it)
             stop = p;
     if (stop == NULL) {
         printf("    greedy text: '%s'\n", full.out);
-        run_result_free(&full);
+        tool_run_free(&full);
         FAIL("no three letters in a row in the greedy text");
     }
     char word[4] = {stop[0], stop[1], stop[2], 0};
     size_t cut = (size_t)(strstr(full.out, word) - full.out);
     snprintf(args, sizeof args, "-m %s -p 'The' --no-display-prompt -n 40 --ignore-eos --temp 0 --stop %s", model,
              word);
-    run_result r;
+    tool_run r;
     bool ran = hydra_run(args, NULL, &r);
     bool ok = ran && r.status == 0 && strlen(r.out) == cut + 1 && strncmp(r.out, full.out, cut) == 0;
     if (!ok)
         printf("    full '%s'\n    stop '%s' -> '%s'\n", full.out, word, ran ? r.out : "");
-    run_result_free(&full);
+    tool_run_free(&full);
     if (ran)
-        run_result_free(&r);
+        tool_run_free(&r);
     CHECK(ok);
 }
 
@@ -407,7 +368,7 @@ TEST(run_chat_renders_the_template_and_exits_on_slash_exit)
     char model[4096], args[4400];
     CHECK(tiny_model(model, sizeof model) != NULL);
     snprintf(args, sizeof args, "-m %s -cnv -n 4 --temp 0 -sys 'Be brief.' --verbose-prompt", model);
-    run_result r;
+    tool_run r;
     CHECK(hydra_run(args, "Hi there\nAnd you?\n/exit\nnever sent\n", &r));
     /* the synthetic model's ChatML template, both turns, the system message first */
     bool first = has(r.err, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
@@ -417,7 +378,7 @@ TEST(run_chat_renders_the_template_and_exits_on_slash_exit)
     int status = r.status;
     if (!(first && second && prompts))
         printf("    stdout: %s\n    stderr: %s\n", r.out, r.err);
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK_EQ_INT(status, 0);
     CHECK(first);
     CHECK(second);
@@ -437,7 +398,7 @@ TEST(run_chat_ctrl_c_stops_the_reply_not_the_program)
              ">%s 2>%s & pid=$!; sleep 0.4; kill -INT $pid; wait $pid",
              test_build_dir(), model, out, err);
     int rc = system(cmd);
-    char *o = read_output(out), *e = read_output(err);
+    char *o = util_read_output(out), *e = util_read_output(err);
     bool stopped = has(e, "total time") && !has(e, "context is full");
     bool asked_again = o != NULL && has(o + 2, "\n> ");
     free(o);
@@ -489,23 +450,23 @@ TEST(run_errors_exit_1_with_one_line_naming_the_cause)
         snprintf(args, sizeof args, cases[i].args, model);
         if ((long_at = strstr(args, "LONG")) != NULL)
             snprintf(long_at, sizeof args - (size_t)(long_at - args), "%s'", long_prompt);
-        run_result r;
+        tool_run r;
         CHECK(hydra_run(args, NULL, &r));
         const char *nl = strchr(r.err, '\n');
         bool ok = r.status == 1 && strncmp(r.err, "hydra-run: ", 11) == 0 && nl != NULL && nl[1] == '\0' &&
                   has(r.err, cases[i].says);
         if (!ok)
             printf("    hydra-run %.200s: exit %d, stderr: %s\n", args, r.status, r.err);
-        run_result_free(&r);
+        tool_run_free(&r);
         if (!ok)
             FAIL("case %zu: wanted exit 1 and one line naming '%s'", i, cases[i].says);
     }
-    run_result r;
+    tool_run r;
     char args[8400];
     snprintf(args, sizeof args, "-m %s -p hi", junk);
     CHECK(hydra_run(args, NULL, &r));
     bool says = r.status == 1 && has(r.err, "not a GGUF");
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK(says);
 }
 
@@ -516,12 +477,12 @@ TEST(run_unsupported_architecture_exits_1_naming_it)
     /* A gpt2 vocabulary: a GGUF hydra reads, of an architecture it does not run. */
     CHECK(vocab_file("gpt-2", model, sizeof model) != NULL);
     snprintf(args, sizeof args, "-m %s -p hi", model);
-    run_result r;
+    tool_run r;
     CHECK(hydra_run(args, NULL, &r));
     bool ok = r.status == 1 && has(r.err, "gpt2") && has(r.err, "not supported");
     if (!ok)
         printf("    exit %d, stderr: %s\n", r.status, r.err);
-    run_result_free(&r);
+    tool_run_free(&r);
     CHECK(ok);
 }
 
@@ -539,7 +500,7 @@ static bool documents(const char *doc, const char *name)
 
 TEST(run_docs_cli_names_every_flag_of_help)
 {
-    run_result r;
+    tool_run r;
     CHECK(hydra_run("--help", NULL, &r));
     size_t n;
     char *doc = (char *)util_read_file("docs/CLI.md", &n);
@@ -560,7 +521,7 @@ TEST(run_docs_cli_names_every_flag_of_help)
         }
     }
     int status = r.status;
-    run_result_free(&r);
+    tool_run_free(&r);
     bool read = doc != NULL;
     free(doc);
     CHECK_EQ_INT(status, 0);

@@ -4,7 +4,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 uint8_t *util_read_file(const char *path, size_t *size)
 {
@@ -55,4 +57,41 @@ const char *util_scratch_path(const char *name)
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/test-scratch/%s", test_build_dir(), name);
     return path;
+}
+
+char *util_read_output(const char *path)
+{
+    size_t n = 0;
+    char *text = (char *)util_read_file(path, &n);
+    for (size_t i = 0; text != NULL && i < n; i++)
+        text[i] = text[i] == '\0' ? '\x01' : text[i];
+    return text;
+}
+
+bool util_run_tool(const char *env, const char *tool, const char *args, const char *input, tool_run *r)
+{
+    char in[4096], out[4096], err[4096];
+    snprintf(in, sizeof in, "%s", util_scratch_path("tool-stdin.txt"));
+    snprintf(out, sizeof out, "%s", util_scratch_path("tool-stdout.txt"));
+    snprintf(err, sizeof err, "%s", util_scratch_path("tool-stderr.txt"));
+    *r = (tool_run){.status = -1};
+    if (util_write_file(in, input ? input : "", input ? strlen(input) : 0) != 0)
+        return false;
+    size_t cap = (env ? strlen(env) : 0) + strlen(tool) + strlen(args) + 3 * sizeof in + 256;
+    char *cmd = malloc(cap);
+    if (cmd == NULL)
+        return false;
+    snprintf(cmd, cap, "%s %s/%s %s <%s >%s 2>%s", env ? env : "", test_build_dir(), tool, args, in, out, err);
+    int rc = system(cmd);
+    free(cmd);
+    r->status = rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    r->out = util_read_output(out);
+    r->err = util_read_output(err);
+    return r->out != NULL && r->err != NULL;
+}
+
+void tool_run_free(tool_run *r)
+{
+    free(r->out);
+    free(r->err);
 }

@@ -1,11 +1,12 @@
 /*
  * util.h — small helpers shared by tests: whole-file reads, JSON loading,
- * scratch paths in the build folder.
+ * scratch paths in the build folder, running a built tool.
  */
 #ifndef HYDRA_TEST_UTIL_H
 #define HYDRA_TEST_UTIL_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,5 +21,23 @@ cJSON *util_read_json(const char *path);
 
 /* "<build dir>/test-scratch/<name>", creating the folder. */
 const char *util_scratch_path(const char *name);
+
+/* A tool's output file as a string: NUL bytes (a random-weight model may
+ * print them) become 0x01, so that string functions see all of it.  NULL
+ * on failure; free with free(). */
+char *util_read_output(const char *path);
+
+/* A tool run as a user runs it: its exit status (-1 if it did not exit
+ * normally) and what it printed, as util_read_output reads it. */
+typedef struct tool_run {
+    int status;
+    char *out, *err;
+} tool_run;
+
+/* Runs "ENV <build dir>/TOOL ARGS" in a child shell (env may be NULL),
+ * input (may be NULL: empty) as its stdin, stdout and stderr captured in
+ * scratch files; false if the output could not be read back. */
+bool util_run_tool(const char *env, const char *tool, const char *args, const char *input, tool_run *r);
+void tool_run_free(tool_run *r);
 
 #endif
