@@ -10,6 +10,7 @@
 #include "util.h"
 #include "weights.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static hydra_status open_model(const char *path, hydra_model **m)
@@ -32,6 +33,7 @@ typedef struct edit {
     const char *arch;           /* new general.architecture */
     const char *drop_tensor;
     const char *transpose;      /* swap ne[0] and ne[1] (same bytes for F32) */
+    const char *rename_from, *rename_to; /* a tensor's new name */
 } edit;
 
 static hydra_status copy_array(const hydra_model *m, gguf_writer *w, const char *key)
@@ -135,7 +137,8 @@ static hydra_status write_edited(const char *name, const edit *e, const char *ou
             uint64_t ne[4] = {ti.ne[0], ti.ne[1], ti.ne[2], ti.ne[3]};
             if (e->transpose && strcmp(ti.name, e->transpose) == 0)
                 ne[0] = ti.ne[1], ne[1] = ti.ne[0];
-            st = pass == 0 ? gguf_writer_add_tensor(w, ti.name, ti.type, ti.n_dims, ne)
+            const char *name = e->rename_from && strcmp(ti.name, e->rename_from) == 0 ? e->rename_to : ti.name;
+            st = pass == 0 ? gguf_writer_add_tensor(w, name, ti.type, ti.n_dims, ne)
                            : gguf_writer_write(w, ti.data, ti.n_bytes);
         }
     if (st == HYDRA_OK)
@@ -275,4 +278,60 @@ TEST(engine_weights_hyperparameters_of_the_shared_files)
     CHECK_EQ_INT(mx.n_ff_exp, 128);
     CHECK_EQ_INT(mx.n_rot, 32);
     CHECK_EQ_INT(mx.n_vocab, 906);
+}
+
+TEST(engine_weights_deepseek2_unsplit_kv_b_is_refused)
+{
+    REQUIRE_SHARED();
+    const edit e = {.rename_from = "blk.0.attn_k_b.weight", .rename_to = "blk.0.attn_kv_b.weight"};
+    CHECK_BIND_FAILS("deepseek2-tiny-f32", e, HYDRA_ERR_UNSUPPORTED, "deepseek2", "unsplit attn_kv_b", "attn_k_b");
+}
+
+TEST(engine_weights_deepseek2_compressed_query_is_required)
+{
+    REQUIRE_SHARED();
+    const edit e = {.drop_tensor = "blk.2.attn_q_a.weight"};
+    CHECK_BIND_FAILS("deepseek2-tiny-q8_0", e, HYDRA_ERR_FORMAT, "blk.2.attn_q_a.weight", "{64, 64, 1}");
+}
+
+TEST(engine_weights_hyperparameters_of_deepseek2_and_gptoss)
+{
+    REQUIRE_SHARED();
+    hydra_model *m;
+    model_weights w;
+    CHECK_OK(open_shared("deepseek2-tiny-f32", &m));
+    hydra_status st = weights_bind(&w, m);
+    const arch_hparams ds = w.hp;
+    const bool dense_lead = st == HYDRA_OK && !w.layer[0].moe && w.layer[1].moe && w.layer[2].moe &&
+                            w.layer[1].w[W_MOE_PROBS_BIAS].data && w.layer[2].w[W_SHEXP_DOWN].data &&
+                            w.layer[0].w[W_FFN_GATE].data && w.layer[1].w[W_ATTN_Q].data == NULL;
+    weights_free(&w);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    CHECK(dense_lead);
+    CHECK(ds.head_dim_k == 48 && ds.head_dim_v == 32 && ds.n_rot == 16); /* the *_mla keys, not 80 / 64 */
+    CHECK(ds.kv_lora_rank == 64 && ds.q_lora_rank == 64 && ds.n_head_kv == 1);
+    CHECK(ds.gating == GATING_SIGMOID && ds.n_expert_group == 4 && ds.n_expert_group_used == 2);
+    CHECK(ds.expert_weights_norm && ds.expert_weights_scale == 2.5f && ds.n_ff_shexp == 32);
+    CHECK(ds.rope.freq_scale == 0.25f && ds.rope.ext_factor == 1.0f && ds.n_ctx_orig == 4096);
+    /* DeepSeek's YaRN factor (1 + 0.1 ln 4)^2 goes into the softmax scale */
+    CHECK(fabs(ds.kq_scale - pow(1 + 0.1 * log(4.0), 2) / sqrt(48.0)) < 1e-6);
+    CHECK(fabs(ds.rope.attn_factor * (1 + 0.1 * log(4.0)) - 1) < 1e-6);
+
+    CHECK_OK(open_shared("gptoss-tiny-mxfp4", &m));
+    st = weights_bind(&w, m);
+    const arch_hparams oss = w.hp;
+    uint32_t windows[4] = {0};
+    bool bound = st == HYDRA_OK && w.layer[3].w[W_ATTN_SINKS].data && w.layer[3].w[W_MOE_DOWN_BIAS].data &&
+                 w.layer[0].w[W_FFN_NORM].data && w.layer[0].w[W_ATTN_OUT_BIAS].data;
+    for (int l = 0; st == HYDRA_OK && l < 4; l++)
+        windows[l] = w.layer[l].window;
+    weights_free(&w);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    CHECK(bound);
+    CHECK(windows[0] == 128 && windows[1] == 0 && windows[2] == 128 && windows[3] == 0);
+    CHECK(oss.gating == GATING_SOFTMAX_WEIGHT && !oss.expert_weights_norm);
+    CHECK(oss.rope.freq_scale == 1.0f / 32 && oss.rope.ext_factor == 1.0f && oss.rope.attn_factor == 1.0f);
+    CHECK(fabs(oss.kq_scale - 1 / sqrt(32.0)) < 1e-7);
 }
