@@ -1,20 +1,21 @@
 # hydra — build.  `make` builds the library and tools under build/;
 # `make test` runs the test suite; `make SAN=1 test` does so under
 # AddressSanitizer + UndefinedBehaviorSanitizer (objects in build/san/);
-# `make fuzz` builds the libFuzzer target (clang); `make install PREFIX=...`.
+# `make CUDA=1` adds the CUDA backend (objects and binaries in build/cuda/,
+# kernels for CUDA_ARCHS); `make fuzz` builds the libFuzzer target (clang);
+# `make install PREFIX=...`.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
 SAN     ?= 0
 CUDA    ?= 0
 
-ifeq ($(CUDA),1)
-$(error CUDA=1 is reserved for the CUDA backend (issue 7), which is not built yet)
-endif
-
 BUILD := build
+ifeq ($(CUDA),1)
+BUILD := build/cuda
+endif
 ifeq ($(SAN),1)
-BUILD := build/san
+BUILD := $(BUILD)/san
 endif
 
 # Messages are cut to their buffers on purpose: -Wno-format-truncation.
@@ -29,12 +30,33 @@ LDFLAGS += $(SANFLAGS)
 LDLIBS  += -lm -lpthread
 
 LIB_SRC   := $(wildcard src/*.c kernels/cpu/*.c model/*.c)
+
+# The CUDA backend: kernels/cuda/*.cu (nvcc) and its host side src/gpu/*.c;
+# without CUDA=1, src/gpu/gpu_off.c reports that no device is available.
+# CUDA_ARCHS: SM versions to build machine code for (Ampere, Ada, Hopper,
+# Blackwell datacenter and consumer), plus PTX of the last for newer parts.
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= 80 86 89 90 100 120
+ifeq ($(CUDA),1)
+LIB_SRC   += $(filter-out src/gpu/gpu_off.c,$(wildcard src/gpu/*.c))
+CU_SRC    := $(wildcard kernels/cuda/*.cu)
+CFLAGS    += -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+NVCCFLAGS  := -std=c++17 -O2 -g -Xcompiler -fPIC,-fvisibility=hidden,-Wall -Werror all-warnings \
+              -Iinclude -Isrc -DHYDRA_BUILD $(CUDA_GENCODE)
+else
+LIB_SRC   += src/gpu/gpu_off.c
+CU_SRC    :=
+endif
 RUN_SRC   := $(wildcard src/tools/*.c)
 TOOL_SRC  := $(RUN_SRC) bench/mkmodel.c bench/bench.c
 TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
 SERVE_SRC := $(wildcard server/*.c)
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB_SO  := $(BUILD)/libhydra.so
@@ -48,6 +70,10 @@ all: $(LIB_SO) $(LIB_A) $(TOOLS)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIB_SO): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libhydra.so -o $@ $^ $(LDLIBS)

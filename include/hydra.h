@@ -197,19 +197,32 @@ typedef enum hydra_kv_type {
     HYDRA_KV_F32 = 1,
 } hydra_kv_type;
 
+/* Where a session computes. */
+typedef enum hydra_backend {
+    HYDRA_BACKEND_CPU = 0,  /* default */
+    HYDRA_BACKEND_CUDA = 1, /* the whole model in the memory of CUDA device 0 */
+} hydra_backend;
+
 typedef struct hydra_session_params {
     uint32_t n_ctx;        /* positions the cache holds; 0 = the model's context_length */
     uint32_t n_batch;      /* most tokens computed in one step (longer inputs are split); 0 = 512 */
     int n_threads;         /* worker threads including the caller; 0 = the machine's physical cores */
     hydra_kv_type kv_type; /* HYDRA_KV_F16 by default */
+    hydra_backend backend; /* HYDRA_BACKEND_CPU by default */
+    bool cuda_graphs;      /* CUDA: capture each step's structure once as a graph and replay it (default true) */
 } hydra_session_params;
 
-/* Defaults: n_ctx 0 (model's), n_batch 512, n_threads 0 (physical cores), F16 cache. */
+/* Whether this build has the CUDA backend and a CUDA device is present. */
+HYDRA_API bool hydra_cuda_available(void);
+
+/* Defaults: n_ctx 0 (model's), n_batch 512, n_threads 0 (physical cores), F16 cache, CPU backend,
+ * CUDA graphs on. */
 HYDRA_API hydra_session_params hydra_session_default_params(void);
 
 /* Binds the model's tensors by its architecture and allocates the session.
  * Fails with HYDRA_ERR_UNSUPPORTED for an architecture or tensor type hydra
- * cannot run, HYDRA_ERR_FORMAT for a missing key or a missing or mis-shaped
+ * cannot run (on the chosen backend; also for the CUDA backend without a
+ * CUDA build or device), HYDRA_ERR_FORMAT for a missing key or a missing or mis-shaped
  * tensor (the message names it and its expected shape). */
 HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_model *model,
                                             const hydra_session_params *params);

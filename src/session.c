@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "forward.h"
+#include "gpu/gpu.h"
 #include "quant.h"
 #include "threads.h"
 #include "weights.h"
@@ -28,6 +29,8 @@ struct hydra_session {
     int64_t n_batch;
     kv_cache kv;
     fwd_scratch f;
+    gpu_session *gpu; /* the CUDA backend's state; NULL on the CPU */
+    int64_t n_ctx;
     int64_t n_past;
     float *logits; /* n_vocab: the last evaluated position */
     bool have_logits;
@@ -35,7 +38,13 @@ struct hydra_session {
 
 HYDRA_API hydra_session_params hydra_session_default_params(void)
 {
-    return (hydra_session_params){.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = HYDRA_KV_F16};
+    return (hydra_session_params){.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = HYDRA_KV_F16,
+                                  .backend = HYDRA_BACKEND_CPU, .cuda_graphs = true};
+}
+
+HYDRA_API bool hydra_cuda_available(void)
+{
+    return gpu_available(NULL);
 }
 
 static long read_long(const char *fmt, int cpu)
@@ -84,6 +93,7 @@ HYDRA_API void hydra_session_free(hydra_session *s)
 {
     if (s == NULL)
         return;
+    gpu_session_free(s->gpu);
     fwd_free(&s->f);
     kv_free(&s->kv);
     pool_destroy(s->pool);
@@ -100,6 +110,8 @@ static hydra_status check_params(const hydra_session_params *p)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "n_batch %u: at most %d", p->n_batch, MAX_N_BATCH);
     if (p->kv_type != HYDRA_KV_F16 && p->kv_type != HYDRA_KV_F32)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "kv_type %d: HYDRA_KV_F16 or HYDRA_KV_F32", (int)p->kv_type);
+    if (p->backend != HYDRA_BACKEND_CPU && p->backend != HYDRA_BACKEND_CUDA)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "backend %d: HYDRA_BACKEND_CPU or HYDRA_BACKEND_CUDA", (int)p->backend);
     return HYDRA_OK;
 }
 
@@ -122,12 +134,19 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
     const int64_t n_batch = p.n_batch ? p.n_batch : DEFAULT_N_BATCH;
     s->n_batch = n_batch < n_ctx ? n_batch : n_ctx;
     s->n_threads = p.n_threads ? p.n_threads : physical_cores();
-    if (st == HYDRA_OK)
-        st = pool_create(&s->pool, s->n_threads);
-    if (st == HYDRA_OK)
-        st = kv_init(&s->kv, &s->w, p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16, n_ctx, s->n_batch);
-    if (st == HYDRA_OK)
-        st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
+    s->n_ctx = n_ctx;
+    const uint32_t kv_type = p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16;
+    if (st == HYDRA_OK && p.backend == HYDRA_BACKEND_CUDA) {
+        const gpu_options go = {.n_ctx = n_ctx, .n_batch = s->n_batch, .kv_type = kv_type, .graphs = p.cuda_graphs};
+        st = gpu_session_create(&s->gpu, &s->w, &go);
+    } else {
+        if (st == HYDRA_OK)
+            st = pool_create(&s->pool, s->n_threads);
+        if (st == HYDRA_OK)
+            st = kv_init(&s->kv, &s->w, kv_type, n_ctx, s->n_batch);
+        if (st == HYDRA_OK)
+            st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
+    }
     if (st == HYDRA_OK && (s->logits = malloc(sizeof(float) * s->w.hp.n_vocab)) == NULL)
         st = hydra_fail(HYDRA_ERR_NOMEM, "logits of %u tokens", s->w.hp.n_vocab);
     if (st != HYDRA_OK) {
@@ -142,9 +161,9 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *token
 {
     if (s == NULL || tokens == NULL || n_tokens == 0)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_eval: a session and at least one token are required");
-    if (n_tokens > (size_t)(s->kv.n_ctx - s->n_past))
+    if (n_tokens > (size_t)(s->n_ctx - s->n_past))
         return hydra_fail(HYDRA_ERR_RANGE, "%zu tokens after %lld positions exceed the context of %lld", n_tokens,
-                          (long long)s->n_past, (long long)s->kv.n_ctx);
+                          (long long)s->n_past, (long long)s->n_ctx);
     const uint32_t n_vocab = s->w.hp.n_vocab;
     for (size_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
@@ -154,7 +173,13 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *token
     for (size_t done = 0; done < n_tokens;) {
         const int64_t n = (int64_t)(n_tokens - done) < s->n_batch ? (int64_t)(n_tokens - done) : s->n_batch;
         float *out = logits ? logits + done * n_vocab : s->logits;
-        forward(&s->w, s->pool, &s->kv, &s->f, s->n_past, tokens + done, n, logits != NULL, out);
+        if (s->gpu != NULL) {
+            hydra_status st = gpu_forward(s->gpu, s->n_past, tokens + done, n, logits != NULL, out);
+            if (st != HYDRA_OK)
+                return st;
+        } else {
+            forward(&s->w, s->pool, &s->kv, &s->f, s->n_past, tokens + done, n, logits != NULL, out);
+        }
         s->n_past += n;
         done += (size_t)n;
     }
@@ -181,7 +206,7 @@ HYDRA_API uint32_t hydra_session_n_past(const hydra_session *s)
 
 HYDRA_API uint32_t hydra_session_n_ctx(const hydra_session *s)
 {
-    return s ? (uint32_t)s->kv.n_ctx : 0;
+    return s ? (uint32_t)s->n_ctx : 0;
 }
 
 HYDRA_API uint32_t hydra_session_n_vocab(const hydra_session *s)

@@ -1,0 +1,250 @@
+/*
+ * bench_cuda.c — hydra-bench --cuda: the whole model on the CUDA backend,
+ * in llama-bench's conventions (ppN: N random tokens in one batch from an
+ * empty context; tgN: N tokens decoded one at a time from an empty
+ * context; t/s as mean ± sample standard deviation over -r repetitions
+ * after one untimed warm-up, which also captures the CUDA graphs), plus
+ * what says how far from the hardware it is:
+ *   - a device-to-device copy probe in the same process (bytes read plus
+ *     written per second), and tg's weight bytes per token x t/s against it;
+ *   - where the memory went (weights, KV cache, scratch);
+ *   - the decode step split into kernels, timed with events between
+ *     launches (graphs off for that part, so launch gaps are included).
+ *
+ *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
+ */
+#include "bench_cuda.h"
+
+#include "gpu/gpu.h"
+#include "hydra.h"
+#include "quant.h"
+#include "weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MAX_REPS = 100, PROBE_MIB = 2048 };
+
+typedef struct cuda_opts {
+    const char *model;
+    int prompt, gen, reps, split;
+    bool graphs;
+} cuda_opts;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Weight bytes a decoded token reads: every bound matrix whole, except the
+ * experts (n_used of n_expert) and the embedding (one row, unless the
+ * output projection reads the same matrix). */
+static double token_bytes(const model_weights *w)
+{
+    double bytes = 0;
+    for (int r = 0; r < W_COUNT; r++) {
+        const wtensor *t = &w->global[r];
+        if (t->data == NULL || (r == W_OUTPUT && t->data == w->global[W_TOKEN_EMBD].data))
+            continue;
+        const bool tied = r == W_TOKEN_EMBD && w->global[W_OUTPUT].data == t->data;
+        bytes += r == W_TOKEN_EMBD && !tied ? (double)t->row_bytes : (double)t->mat_bytes * (double)t->ne[2];
+    }
+    for (uint32_t l = 0; l < w->hp.n_layer; l++)
+        for (int r = 0; r < W_COUNT; r++) {
+            const wtensor *t = &w->layer[l].w[r];
+            if (t->data == NULL)
+                continue;
+            const bool expert = r == W_MOE_GATE || r == W_MOE_UP || r == W_MOE_DOWN;
+            bytes += (double)t->mat_bytes * (expert ? (double)w->hp.n_expert_used : (double)t->ne[2]);
+        }
+    return bytes;
+}
+
+static void random_tokens(int32_t *tok, int n, uint32_t n_vocab)
+{
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        tok[i] = (int32_t)(s % n_vocab);
+    }
+}
+
+/* One run from an empty context: tokens per second, -1 on failure. */
+static double run_once(hydra_session *s, const int32_t *tokens, int n, bool gen)
+{
+    hydra_session_clear(s);
+    const double t0 = now_s();
+    hydra_status st = HYDRA_OK;
+    if (gen)
+        for (int i = 0; i < n && st == HYDRA_OK; i++)
+            st = hydra_session_decode(s, tokens[i]);
+    else
+        st = hydra_session_eval(s, tokens, (size_t)n, NULL);
+    const double dt = now_s() - t0;
+    if (st != HYDRA_OK) {
+        fprintf(stderr, "hydra-bench: %s\n", hydra_last_error());
+        return -1;
+    }
+    return n / dt;
+}
+
+static void mean_sd(const double *v, int n, double *mean, double *sd)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++)
+        ss += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+static bool run_test(hydra_session *s, const int32_t *tokens, int n, bool gen, const cuda_opts *o, const char *desc,
+                     double gib, double params_b, double tok_bytes, double probe)
+{
+    double tps[MAX_REPS];
+    if (run_once(s, tokens, n, gen) < 0)
+        return false;
+    for (int r = 0; r < o->reps; r++)
+        if ((tps[r] = run_once(s, tokens, n, gen)) < 0)
+            return false;
+    double mean, sd;
+    mean_sd(tps, o->reps, &mean, &sd);
+    char extra[96] = "| - | - |";
+    if (gen)
+        snprintf(extra, sizeof extra, "| %.0f | %.1f%% |", tok_bytes * mean / 1e9, 100.0 * tok_bytes * mean / 1e9 / probe);
+    printf("| %s | %.2f GiB | %.2f B | CUDA%s | 99 | %s%d | %.2f ± %.2f %s\n", desc, gib, params_b,
+           o->graphs ? "" : " (no graphs)", gen ? "tg" : "pp", n, mean, sd, extra);
+    fflush(stdout);
+    return true;
+}
+
+/* The decode step split into kernels: a profiling session (graphs off),
+ * a short prompt, then o->split decoded tokens. */
+static int decode_split(const hydra_model *m, const cuda_opts *o)
+{
+    model_weights w;
+    if (weights_bind(&w, m) != HYDRA_OK)
+        return 1;
+    gpu_session *g = NULL;
+    const gpu_options go = {.n_ctx = 256 + o->split, .n_batch = 64, .kv_type = QT_F16, .profile = true};
+    int32_t tokens[64];
+    random_tokens(tokens, 64, w.hp.n_vocab);
+    float *logits = malloc(sizeof(float) * w.hp.n_vocab);
+    hydra_status st = logits ? gpu_session_create(&g, &w, &go) : HYDRA_ERR_NOMEM;
+    if (st == HYDRA_OK)
+        st = gpu_forward(g, 0, tokens, 64, false, logits);
+    if (st == HYDRA_OK)
+        gpu_profile_reset(g);
+    const double t0 = now_s();
+    for (int i = 0; i < o->split && st == HYDRA_OK; i++)
+        st = gpu_forward(g, 64 + i, &tokens[i % 64], 1, false, logits);
+    const double dt = now_s() - t0;
+    if (st == HYDRA_OK) {
+        static char buf[8192];
+        gpu_profile_describe(g, buf, sizeof buf);
+        printf("\ndecode step split into kernels (%d tokens after a 64-token prompt, events between launches, graphs "
+               "off; wall %.1f us per token):\n\n%s", o->split, 1e6 * dt / o->split, buf);
+    } else {
+        fprintf(stderr, "hydra-bench: decode split: %s\n", hydra_last_error());
+    }
+    gpu_session_free(g);
+    weights_free(&w);
+    free(logits);
+    return st == HYDRA_OK ? 0 : 1;
+}
+
+static int parse(int argc, char **argv, cuda_opts *o)
+{
+    *o = (cuda_opts){.prompt = 512, .gen = 128, .reps = 3, .split = 32, .graphs = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-graphs") == 0) {
+            o->graphs = false;
+            continue;
+        }
+        if (v == NULL)
+            return 2;
+        if (strcmp(a, "-m") == 0)
+            o->model = v;
+        else if (strcmp(a, "-p") == 0)
+            o->prompt = atoi(v);
+        else if (strcmp(a, "-n") == 0)
+            o->gen = atoi(v);
+        else if (strcmp(a, "-r") == 0)
+            o->reps = atoi(v);
+        else if (strcmp(a, "--split") == 0)
+            o->split = atoi(v);
+        else
+            return 2;
+        i++;
+    }
+    if (o->model == NULL || o->prompt < 0 || o->gen < 0 || o->reps < 1 || o->reps > MAX_REPS || o->split < 0 ||
+        o->prompt + o->gen == 0)
+        return 2;
+    return 0;
+}
+
+int bench_cuda(int argc, char **argv)
+{
+    cuda_opts o;
+    if (parse(argc, argv, &o) != 0) {
+        fprintf(stderr, "usage: hydra-bench --cuda -m FILE [-p N] [-n N] [-r REPS] [--no-graphs] [--split N]\n");
+        return 2;
+    }
+    double probe = 0;
+    if (gpu_copy_probe(PROBE_MIB, 5, &probe) != HYDRA_OK) {
+        fprintf(stderr, "hydra-bench: %s\n", hydra_last_error());
+        return 1;
+    }
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = o.model;
+    hydra_model *m = NULL;
+    hydra_session *s = NULL;
+    hydra_session_params sp = hydra_session_default_params();
+    sp.n_ctx = (uint32_t)(o.prompt + o.gen + 1);
+    sp.n_batch = o.prompt > 0 ? (uint32_t)o.prompt : 1;
+    sp.backend = HYDRA_BACKEND_CUDA;
+    sp.cuda_graphs = o.graphs;
+    const double t_load = now_s();
+    if (hydra_model_open(&m, &mp) != HYDRA_OK || hydra_session_create(&s, m, &sp) != HYDRA_OK) {
+        fprintf(stderr, "hydra-bench: %s: %s\n", o.model, hydra_last_error());
+        hydra_model_close(m);
+        return 1;
+    }
+    model_weights w;
+    int rc = weights_bind(&w, m) == HYDRA_OK ? 0 : 1;
+    const double tok_bytes = rc == 0 ? token_bytes(&w) : 0;
+    const uint32_t n_vocab = hydra_session_n_vocab(s);
+    char desc[128], mem[1024];
+    snprintf(desc, sizeof desc, "%s %u layers", hydra_model_arch(m), rc == 0 ? w.hp.n_layer : 0);
+    gpu_mem_describe(mem, sizeof mem);
+    printf("model loaded and uploaded in %.1f s; device memory held by hydra:\n%s\n", now_s() - t_load, mem);
+    printf("device-to-device copy probe (%d MiB, best of 5): %.0f GB/s (bytes read + written)\n", PROBE_MIB, probe);
+    printf("weights read per decoded token: %.3f GB; weights GB/s = bytes per token x mean t/s\n\n", tok_bytes / 1e9);
+    printf("| model | size | params | backend | ngl | test | t/s | weights GB/s | of copy probe |\n");
+    printf("| ----- | ---: | -----: | ------- | --: | ---: | --: | -----------: | ------------: |\n");
+    const int n_tok = o.prompt > o.gen ? o.prompt : o.gen;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_tok);
+    rc = rc != 0 || tokens == NULL ? 1 : 0;
+    if (rc == 0)
+        random_tokens(tokens, n_tok, n_vocab);
+    const double gib = (double)hydra_model_n_bytes(m) / (1024.0 * 1024.0 * 1024.0);
+    const double params_b = (double)hydra_model_n_params(m) / 1e9;
+    if (rc == 0 && o.prompt > 0 && !run_test(s, tokens, o.prompt, false, &o, desc, gib, params_b, tok_bytes, probe))
+        rc = 1;
+    if (rc == 0 && o.gen > 0 && !run_test(s, tokens, o.gen, true, &o, desc, gib, params_b, tok_bytes, probe))
+        rc = 1;
+    hydra_session_free(s);
+    if (rc == 0 && o.split > 0)
+        rc = decode_split(m, &o);
+    weights_free(&w);
+    free(tokens);
+    hydra_model_close(m);
+    return rc;
+}

@@ -1,0 +1,158 @@
+/*
+ * attention.cu — causal GQA attention over the KV cache, flash-decoding
+ * style: the positions a token sees are cut into chunks of GK_ATTN_CHUNK;
+ * one block per (chunk, KV head, token) computes the softmax partials of
+ * the query heads that share the KV head (max, sum of exponentials, and the
+ * unnormalised weighted sum of V rows), so each cache row is read once for
+ * all of them; a second kernel combines the chunks.  The grid covers
+ * max_kv positions; blocks past a token's last position (pos0 + t, read
+ * from device memory) leave at once, so one captured launch serves every
+ * position up to max_kv.
+ *
+ * The same kernels serve decode (one token) and prefill (each token of the
+ * batch sees the cache up to its own position; its K/V rows were stored
+ * before this launch by gk_rope_store).
+ */
+#include "common.cuh"
+
+enum { AT_THREADS = 128, AT_WARPS = AT_THREADS / GPU_WARP, AT_MAX_DIM = 256 };
+
+static inline __device__ float kv_value(const void *base, bool f16, int64_t i)
+{
+    return f16 ? gpu_half_bits_to_float(((const unsigned short *)base)[i]) : ((const float *)base)[i];
+}
+
+static inline __host__ __device__ int at_chunks(int max_kv)
+{
+    return (max_kv + GK_ATTN_CHUNK - 1) / GK_ATTN_CHUNK;
+}
+
+/* Scratch: per (token, head, chunk) two floats (max, sum), then dv floats. */
+__global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk_step *step)
+{
+    extern __shared__ float smem[];
+    const int ch = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+    const int n_kv = step->pos0 + a.tok0 + t + 1;
+    const int start = ch * GK_ATTN_CHUNK;
+    if (start >= n_kv)
+        return;
+    const int len = min(GK_ATTN_CHUNK, n_kv - start);
+    const int group = a.n_head / a.n_head_kv, dk = a.head_dim_k, dv = a.head_dim_v;
+    const int n_chunks = at_chunks(a.max_kv);
+    float *qs = smem;                  /* group x dk */
+    float *ps = smem + group * dk;     /* group x GK_ATTN_CHUNK */
+    const int tid = threadIdx.x, warp = tid / GPU_WARP, lane = tid % GPU_WARP;
+    const float *q = a.q + ((int64_t)t * a.n_head + (int64_t)g * group) * dk;
+    for (int i = tid; i < group * dk; i += AT_THREADS)
+        qs[i] = q[i];
+    __syncthreads();
+
+    /* scores: one warp per position, lanes across the head dimension */
+    for (int j = warp; j < len; j += AT_WARPS) {
+        const int64_t krow = (int64_t)(start + j) * a.k_row + (int64_t)g * dk;
+        float kr[AT_MAX_DIM / GPU_WARP];
+#pragma unroll
+        for (int u = 0; u < AT_MAX_DIM / GPU_WARP; u++) {
+            const int i = lane + GPU_WARP * u;
+            kr[u] = i < dk ? kv_value(a.k, a.kv_f16, krow + i) : 0.0f;
+        }
+        for (int h = 0; h < group; h++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < AT_MAX_DIM / GPU_WARP; u++) {
+                const int i = lane + GPU_WARP * u;
+                if (i < dk)
+                    sum += qs[h * dk + i] * kr[u];
+            }
+            sum = warp_sum(sum);
+            if (lane == 0)
+                ps[h * GK_ATTN_CHUNK + j] = a.scale * sum;
+        }
+    }
+    __syncthreads();
+
+    /* softmax partials per head: one warp per head */
+    const int64_t base = ((int64_t)t * a.n_head + (int64_t)g * group) * n_chunks + ch;
+    for (int h = warp; h < group; h += AT_WARPS) {
+        float *p = ps + h * GK_ATTN_CHUNK;
+        float mx = -INFINITY;
+        for (int j = lane; j < len; j += GPU_WARP)
+            mx = fmaxf(mx, p[j]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < len; j += GPU_WARP) {
+            const float e = expf(p[j] - mx);
+            p[j] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+            float *ml = a.scratch + 2 * (base + (int64_t)h * n_chunks);
+            ml[0] = mx;
+            ml[1] = sum;
+        }
+    }
+    __syncthreads();
+
+    /* weighted V rows: thread per (head, dimension) */
+    const int64_t n_ml = 2 * (int64_t)a.n_tok * a.n_head * n_chunks;
+    for (int idx = tid; idx < group * dv; idx += AT_THREADS) {
+        const int h = idx / dv, d = idx % dv;
+        const float *p = ps + h * GK_ATTN_CHUNK;
+        const int64_t col = (int64_t)g * dv + d;
+        float acc = 0.0f;
+        for (int j = 0; j < len; j++)
+            acc += p[j] * kv_value(a.v, a.kv_f16, (int64_t)(start + j) * a.v_row + col);
+        a.scratch[n_ml + (base + (int64_t)h * n_chunks) * dv + d] = acc;
+    }
+}
+
+/* One block per (head, token): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c. */
+__global__ void k_attn_combine(gk_attn a, const gk_step *step)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int n_kv = step->pos0 + a.tok0 + t + 1;
+    const int n_chunks = at_chunks(a.max_kv), used = at_chunks(n_kv);
+    const int dv = a.head_dim_v;
+    const int64_t base = ((int64_t)t * a.n_head + h) * n_chunks;
+    const float *ml = a.scratch + 2 * base;
+    const float *acc = a.scratch + 2 * (int64_t)a.n_tok * a.n_head * n_chunks + base * dv;
+    float mx = -INFINITY;
+    for (int c = 0; c < used; c++)
+        mx = fmaxf(mx, ml[2 * c]);
+    float l = 0.0f;
+    for (int c = 0; c < used; c++)
+        l += expf(ml[2 * c] - mx) * ml[2 * c + 1];
+    const float inv = 1.0f / l;
+    for (int d = threadIdx.x; d < dv; d += blockDim.x) {
+        float o = 0.0f;
+        for (int c = 0; c < used; c++)
+            o += expf(ml[2 * c] - mx) * acc[(int64_t)c * dv + d];
+        a.out[((int64_t)t * a.n_head + h) * dv + d] = o * inv;
+    }
+}
+
+extern "C" size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, int max_kv)
+{
+    return (size_t)n_tok * n_head * at_chunks(max_kv) * (2 + (size_t)head_dim_v);
+}
+
+extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step)
+{
+    if (a->n_tok == 0)
+        return 0;
+    if (a->head_dim_k > AT_MAX_DIM || a->head_dim_v > AT_MAX_DIM || a->n_head % a->n_head_kv != 0)
+        return (int)gpuErrorInvalidValue;
+    const int group = a->n_head / a->n_head_kv;
+    const size_t smem = sizeof(float) * (size_t)group * (a->head_dim_k + GK_ATTN_CHUNK);
+    if (smem > 48 * 1024)
+        return (int)gpuErrorInvalidValue;
+    const dim3 grid((unsigned)at_chunks(a->max_kv), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
+    k_attn_partial<<<grid, AT_THREADS, smem, s>>>(*a, step);
+    int st = launch_status();
+    if (st != 0)
+        return st;
+    const int threads = a->head_dim_v < 32 ? 32 : (a->head_dim_v + 31) / 32 * 32;
+    k_attn_combine<<<dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s>>>(*a, step);
+    return launch_status();
+}

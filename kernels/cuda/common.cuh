@@ -1,0 +1,117 @@
+/*
+ * common.cuh — what every kernel file shares: warp reductions, launch
+ * error reporting, the float weight formats, and the type dispatch that
+ * turns a runtime ggml type id into a template instance.
+ */
+#ifndef HYDRA_CUDA_COMMON_CUH
+#define HYDRA_CUDA_COMMON_CUH
+
+#include "kernels.h"
+#include "quant.cuh"
+
+#include <math.h>
+
+static inline __device__ float warp_sum(float v)
+{
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        v += gpu_shfl_xor(v, m);
+    return v;
+}
+
+static inline __device__ float warp_max(float v)
+{
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        v = fmaxf(v, gpu_shfl_xor(v, m));
+    return v;
+}
+
+/* The launch's error (bad configuration), 0 when it was accepted. */
+static inline int launch_status(void)
+{
+    return (int)gpuGetLastError();
+}
+
+static inline __device__ float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* The matrix of expert e of a stack. */
+static inline __device__ const uint8_t *expert_matrix(const gk_mat &w, int e)
+{
+    return w.expert_data != NULL ? w.expert_data[e] : w.data + (size_t)e * w.mat_bytes;
+}
+
+/* Float formats as chunks of 32 values. */
+static inline __host__ __device__ float bf16_bits_to_float(uint16_t h)
+{
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Values 32c .. 32c + 31 of a row of any supported type, as floats. */
+template <int T> static inline __device__ void chunk_floats(const uint8_t *row, int c, float *out)
+{
+    if constexpr (T == GQ_F32) {
+        const float4 *p = (const float4 *)(row + (size_t)c * 128);
+        for (int k = 0; k < 8; k++) {
+            const float4 v = p[k];
+            out[4 * k] = v.x;
+            out[4 * k + 1] = v.y;
+            out[4 * k + 2] = v.z;
+            out[4 * k + 3] = v.w;
+        }
+    } else if constexpr (T == GQ_F16 || T == GQ_BF16) {
+        const uint32_t *p = (const uint32_t *)(row + (size_t)c * 64);
+        for (int k = 0; k < 16; k++) {
+            const uint32_t v = p[k];
+            if constexpr (T == GQ_F16) {
+                out[2 * k] = gpu_half_bits_to_float((unsigned short)(v & 0xFFFF));
+                out[2 * k + 1] = gpu_half_bits_to_float((unsigned short)(v >> 16));
+            } else {
+                out[2 * k] = bf16_bits_to_float((uint16_t)(v & 0xFFFF));
+                out[2 * k + 1] = bf16_bits_to_float((uint16_t)(v >> 16));
+            }
+        }
+    } else {
+        gq_chunk ch;
+        gq_decode<T>(row, c, &ch);
+        for (int i = 0; i < 32; i++)
+            out[i] = gq_value(&ch, i);
+    }
+}
+
+/* Two consecutive values (i even) of a float-format row. */
+template <int T> static inline __device__ float2 float_pair(const uint8_t *row, int64_t i)
+{
+    if constexpr (T == GQ_F32)
+        return *(const float2 *)(row + 4 * i);
+    const uint32_t v = *(const uint32_t *)(row + 2 * i);
+    if constexpr (T == GQ_F16)
+        return make_float2(gpu_half_bits_to_float((unsigned short)(v & 0xFFFF)),
+                           gpu_half_bits_to_float((unsigned short)(v >> 16)));
+    return make_float2(bf16_bits_to_float((uint16_t)(v & 0xFFFF)), bf16_bits_to_float((uint16_t)(v >> 16)));
+}
+
+#define GK_FOR_EACH_FLOAT(X) X(GQ_F32) X(GQ_F16) X(GQ_BF16)
+
+static inline bool gk_is_float_type(uint32_t t)
+{
+    return t == GQ_F32 || t == GQ_F16 || t == GQ_BF16;
+}
+
+static inline bool gk_is_quant_type(uint32_t t)
+{
+    switch (t) {
+#define GK_CASE_(T) case T:
+        GQ_FOR_EACH_QUANT(GK_CASE_)
+#undef GK_CASE_
+        return true;
+    default:
+        return false;
+    }
+}
+
+#endif

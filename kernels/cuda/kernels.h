@@ -1,0 +1,199 @@
+/*
+ * kernels.h — the CUDA kernels as C functions that enqueue work on a
+ * stream.  Host code (src/gpu/) calls only these; the .cu files hold the
+ * kernels, one file per op family:
+ *
+ *   quantize.cu   activation rows -> 8-bit rows with per-32 scales
+ *   matvec.cu     decode: weight rows . few activation rows (integer dot
+ *                 products for quantised weights), dense or per route
+ *   matmul.cu     prefill: tiles dequantised to f16 on tensor cores (WMMA),
+ *                 or an f32 tile kernel; dense or grouped by expert
+ *   attention.cu  flash-decoding over the KV cache, GQA
+ *   moe.cu        gating + top-k, grouping routes by expert, combine
+ *   ops.cu        embedding, RMSNorm, QK-norm + RoPE + KV store, SwiGLU,
+ *                 residual adds
+ *
+ * Values that change from step to step (token ids, the first position) are
+ * read from device memory (gk_step), so a captured graph replays without
+ * new parameters.  Every launcher returns 0 or a gpuError_t; launchers
+ * never synchronise.
+ */
+#ifndef HYDRA_CUDA_KERNELS_H
+#define HYDRA_CUDA_KERNELS_H
+
+#include "compat.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-step values in device memory. */
+typedef struct gk_step {
+    int32_t pos0;   /* position of the step's first token */
+    int32_t n_tok;
+} gk_step;
+
+/* One (token, expert, weight) assignment, laid out as moe_route (src/moe.h). */
+typedef struct gk_route {
+    int32_t token, expert;
+    float weight;
+} gk_route;
+
+/* Activation rows of n values: float rows, and their 8-bit form (q: n
+ * bytes per row; meta: n / 32 entries per row of {float d as bits, sum of
+ * q over values 0..15, over 16..31, unused}). */
+typedef struct gk_act {
+    const float *f;
+    const int8_t *q;
+    const int32_t *meta; /* 4 int32 per 32 values */
+    int64_t n;
+} gk_act;
+
+/* A weight matrix (or a stack of expert matrices). */
+typedef struct gk_mat {
+    const uint8_t *data;
+    uint32_t type;       /* ggml type id */
+    int64_t n_rows, n_cols;
+    size_t row_bytes, mat_bytes;
+    const uint8_t *const *expert_data; /* device table: expert e's matrix; NULL: data + e * mat_bytes */
+} gk_mat;
+
+/* Where a launch's rows come from and go to.
+ *   dense:  activation row t and output row t for t < n_tok
+ *   routed: (routes != NULL) one route per output row r < n_routes: the
+ *           route's expert's matrix, activation row routes[r].token
+ *           (act_by_token) or r, output row r */
+typedef struct gk_rows {
+    int n_tok;
+    const gk_route *routes;
+    int n_routes;
+    bool act_by_token;
+} gk_rows;
+
+/* Output: y[row * y_stride + r] = (accumulate ? y : 0) + W[r] . x + bias[r]. */
+typedef struct gk_out {
+    float *y;
+    int64_t y_stride;
+    const float *bias; /* NULL: none */
+    bool accumulate;
+} gk_out;
+
+/* Whether the kernels handle a weight type in matvec / matmul. */
+bool gk_type_supported(uint32_t type);
+
+/* --- quantize.cu */
+int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta);
+
+/* --- matvec.cu.  Decode: at most GK_MATVEC_MAX_TOK tokens for dense rows.
+ * glu (dense or routed): y = silu(W . x) * (W2 . x) with W2 a second matrix
+ * of the same type and shape (up), for gate/up FFN pairs. */
+enum { GK_MATVEC_MAX_TOK = 8 };
+int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act *x, const gk_rows *rows,
+              const gk_out *out);
+
+/* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
+ * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
+ * activation row of slot s is routes[order[s]].token (gather) or s, output
+ * row s. */
+enum { GK_TILE_TOK = 32 };
+int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out);
+
+typedef struct gk_groups {
+    const int32_t *order;    /* slot -> route index */
+    const int32_t *slot_of;  /* route index -> slot */
+    const int32_t *tiles;    /* 4 int32 per tile: expert, first slot, slots */
+    const int32_t *n_tiles;  /* device count */
+    int max_tiles;
+} gk_groups;
+
+int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes, const gk_groups *g,
+                      bool gather, const gk_out *out);
+
+/* --- attention.cu.  Queries of n_tok tokens (rows of n_head * head_dim_k),
+ * cache rows of n_head_kv heads; token t sees positions [0, pos0 + t].
+ * Partial results per chunk of GK_ATTN_CHUNK positions go to scratch
+ * (gk_attention_scratch floats). */
+enum { GK_ATTN_CHUNK = 128 };
+typedef struct gk_attn {
+    const float *q;
+    const void *k, *v;        /* this layer's cache: n_ctx rows */
+    bool kv_f16;
+    int64_t k_row, v_row;     /* elements per cache row */
+    int n_head, n_head_kv, head_dim_k, head_dim_v;
+    float scale;
+    int n_tok;
+    int tok0;                 /* token t of this launch is token tok0 + t of the step */
+    int max_kv;               /* grid bound: pos0 + tok0 + n_tok <= max_kv */
+    float *scratch;
+    float *out;               /* n_tok rows of n_head * head_dim_v */
+} gk_attn;
+
+size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, int max_kv);
+int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step);
+
+/* --- moe.cu */
+typedef struct gk_gating {
+    int n_expert, n_used;
+    bool sigmoid;  /* else softmax */
+    bool renorm;
+    float scale;
+} gk_gating;
+
+/* routes[t * n_used + k] for t < n_tok from logits rows of n_expert. */
+int gk_moe_topk(gpuStream_t s, const gk_gating *g, const float *logits, int n_tok, gk_route *routes);
+
+/* Groups n_routes routes by expert into tiles of GK_TILE_TOK slots
+ * (n_expert <= 4096). */
+int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes, int n_expert, const gk_groups *g);
+/* Upper bound of tiles for n_routes routes over n_expert experts. */
+int gk_moe_max_tiles(int n_routes, int n_expert);
+
+/* x[t] += sum over k of routes[t*n_used+k].weight * y[slot(t*n_used+k)]
+ * (slot_of NULL: the route index), in rank order. */
+int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
+                   int n_used, int64_t n_embd, float *x);
+
+/* --- ops.cu */
+int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x);
+/* y = x / rms(x) * gain, rows of n. */
+int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y);
+
+typedef struct gk_rope {
+    float *q, *k;                  /* n_tok rows of n_head (n_head_kv) heads */
+    const float *v;
+    const float *q_norm, *k_norm;  /* per-head RMSNorm gains, NULL: none */
+    float eps;
+    int n_head, n_head_kv, head_dim_k, head_dim_v, n_rot;
+    bool neox;
+    float theta_scale;             /* base^(-2 / n_rot), computed on the host as the CPU does */
+    float freq_scale, attn_factor; /* linear scaling: theta * freq_scale; cos and sin * attn_factor */
+    void *k_cache, *v_cache;       /* this layer's cache */
+    bool kv_f16;
+    int n_tok;
+} gk_rope;
+
+/* QK-norm, RoPE at position pos0 + t, then K and V rows into the cache. */
+int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *step);
+
+/* h = silu(g) * u over n values. */
+int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t n, float *h);
+
+/* x[t] += (gate ? sigmoid(gate[t]) : 1) * y[t], rows of n. */
+int gk_add_rows(gpuStream_t s, float *x, const float *y, const float *gate, int n_tok, int64_t n);
+
+/* --- host-side checks of the block decoders (no GPU needed) */
+/* The 32 values of chunk c of a row of type, as the kernels decode them;
+ * false for a type without a decoder. */
+bool gk_host_decode_chunk(uint32_t type, const void *row, int c, float out[32]);
+/* The integer dot of chunk c with 32 activation bytes, before the
+ * activation scale, as the kernels compute it. */
+bool gk_host_chunk_dot(uint32_t type, const void *row, int c, const int8_t a[32], float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

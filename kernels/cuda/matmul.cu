@@ -1,0 +1,241 @@
+/*
+ * matmul.cu — prefill: W . X for many activation rows, as tiles of
+ * MM_BM weight rows x MM_BN activation rows, stepping 32 values (one chunk)
+ * at a time.  Half the block decodes the weight tile (one chunk per
+ * thread, quant.cuh), the other half loads the activation tile.
+ *
+ *   f16 path  (quantised and F16 weights): both tiles in f16, products on
+ *             the tensor cores (WMMA 16x16x16, f32 accumulation).  F16
+ *             rounding of matmul inputs is what the CPU reference does
+ *             for F16 weights; the reference tolerances were measured to
+ *             allow it for quantised ones (../shared/ref/tolerances.json).
+ *   f32 path  (F32 and BF16 weights): f32 tiles, f32 FMA, 4x4 outputs per
+ *             thread, so F32 models keep F32 arithmetic.
+ *
+ * Grouped launches run the experts of a MoE layer: grid row y is a tile of
+ * one expert's slots (gk_moe_group), activation rows gathered by token.
+ */
+#include "common.cuh"
+
+enum { MM_BM = 64, MM_BN = GK_TILE_TOK, MM_BK = 32, MM_THREADS = 128 };
+enum { MM_LDH = MM_BK + 8, MM_LDF = MM_BK + 1, MM_LDC = MM_BN + 4 };
+
+static_assert(MM_BN == 32 && MM_BM == 64 && MM_THREADS == 128, "tile loaders assume these sizes");
+
+/* Which rows a block reads and writes. */
+struct mm_tile {
+    const uint8_t *w;
+    int count; /* valid activation rows */
+};
+
+/* Fills act_row / out_row (-1 beyond the tile) and returns the matrix; a
+ * block past the last tile gets count 0. */
+static inline __device__ mm_tile mm_setup(const gk_mat &w, int n_tok, const gk_route *routes, const gk_groups &g,
+                                          bool grouped, bool gather, int64_t *act_row, int64_t *out_row)
+{
+    mm_tile t;
+    int first;
+    if (grouped) {
+        const int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) {
+            t.w = NULL;
+            t.count = 0;
+            return t;
+        }
+        const int32_t *e = g.tiles + 4 * tile;
+        t.w = expert_matrix(w, e[0]);
+        first = e[1];
+        t.count = e[2];
+    } else {
+        t.w = w.data;
+        first = blockIdx.y * MM_BN;
+        t.count = min(MM_BN, n_tok - first);
+    }
+    for (int n = threadIdx.x; n < MM_BN; n += blockDim.x) {
+        const bool valid = n < t.count;
+        const int slot = first + n;
+        out_row[n] = valid ? slot : -1;
+        act_row[n] = !valid ? -1 : grouped && gather ? routes[g.order[slot]].token : slot;
+    }
+    return t;
+}
+
+/* Loads 16 activation values of row n at column k0 + 16 part (zeros for an
+ * unused row). */
+static inline __device__ void mm_act16(const gk_act &x, const int64_t *act_row, int n, int part, int64_t k0, float *v)
+{
+    if (act_row[n] < 0) {
+        for (int i = 0; i < 16; i++)
+            v[i] = 0.0f;
+        return;
+    }
+    const float4 *p = (const float4 *)(x.f + act_row[n] * x.n + k0 + 16 * part);
+    for (int k = 0; k < 4; k++) {
+        const float4 q = p[k];
+        v[4 * k] = q.x;
+        v[4 * k + 1] = q.y;
+        v[4 * k + 2] = q.z;
+        v[4 * k + 3] = q.w;
+    }
+}
+
+static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row, float v)
+{
+    if (out.bias != NULL)
+        v += out.bias[r];
+    float *dst = out.y + row * out.y_stride + r;
+    *dst = out.accumulate ? *dst + v : v;
+}
+
+template <int T>
+__global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int n_tok, gk_out out,
+                                                         const gk_route *routes, gk_groups g, bool grouped, bool gather)
+{
+    __shared__ __align__(32) half as[MM_BM * MM_LDH];
+    __shared__ __align__(32) half bs[MM_BN * MM_LDH];
+    __shared__ __align__(32) float cs[MM_BM * MM_LDC];
+    __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
+    const mm_tile tile = mm_setup(w, n_tok, routes, g, grouped, gather, act_row, out_row);
+    if (tile.count <= 0)
+        return;
+    __syncthreads();
+    const int tid = threadIdx.x, warp = tid / GPU_WARP;
+    const int64_t row0 = (int64_t)blockIdx.x * MM_BM;
+    gpu_wmma::fragment<gpu_wmma::accumulator, 16, 16, 16, float> acc[2];
+    gpu_wmma::fill_fragment(acc[0], 0.0f);
+    gpu_wmma::fill_fragment(acc[1], 0.0f);
+    for (int64_t k0 = 0; k0 < w.n_cols; k0 += MM_BK) {
+        float v[32];
+        if (tid < MM_BM) {
+            const int64_t r = row0 + tid;
+            if (r < w.n_rows)
+                chunk_floats<T>(tile.w + r * w.row_bytes, (int)(k0 / 32), v);
+            else
+                for (int i = 0; i < 32; i++)
+                    v[i] = 0.0f;
+            for (int i = 0; i < 32; i++)
+                as[tid * MM_LDH + i] = __float2half(v[i]);
+        } else {
+            const int n = (tid - MM_BM) / 2, part = (tid - MM_BM) % 2;
+            mm_act16(x, act_row, n, part, k0, v);
+            for (int i = 0; i < 16; i++)
+                bs[n * MM_LDH + 16 * part + i] = __float2half(v[i]);
+        }
+        __syncthreads();
+        for (int kk = 0; kk < MM_BK; kk += 16) {
+            gpu_wmma::fragment<gpu_wmma::matrix_a, 16, 16, 16, half, gpu_wmma::row_major> a;
+            gpu_wmma::load_matrix_sync(a, as + 16 * warp * MM_LDH + kk, MM_LDH);
+            for (int j = 0; j < 2; j++) {
+                gpu_wmma::fragment<gpu_wmma::matrix_b, 16, 16, 16, half, gpu_wmma::col_major> b;
+                gpu_wmma::load_matrix_sync(b, bs + 16 * j * MM_LDH + kk, MM_LDH);
+                gpu_wmma::mma_sync(acc[j], a, b, acc[j]);
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = 0; j < 2; j++)
+        gpu_wmma::store_matrix_sync(cs + 16 * warp * MM_LDC + 16 * j, acc[j], MM_LDC, gpu_wmma::mem_row_major);
+    __syncthreads();
+    for (int idx = tid; idx < MM_BM * MM_BN; idx += MM_THREADS) {
+        const int m = idx % MM_BM, n = idx / MM_BM;
+        const int64_t r = row0 + m;
+        if (r < w.n_rows && n < tile.count)
+            mm_store(out, r, out_row[n], cs[m * MM_LDC + n]);
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int n_tok, gk_out out,
+                                                         const gk_route *routes, gk_groups g, bool grouped, bool gather)
+{
+    __shared__ float as[MM_BM * MM_LDF];
+    __shared__ float bs[MM_BN * MM_LDF];
+    __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
+    const mm_tile tile = mm_setup(w, n_tok, routes, g, grouped, gather, act_row, out_row);
+    if (tile.count <= 0)
+        return;
+    __syncthreads();
+    const int tid = threadIdx.x;
+    const int tm = tid % 16, tn = tid / 16; /* rows tm + 16 i, columns tn + 8 j */
+    const int64_t row0 = (int64_t)blockIdx.x * MM_BM;
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < w.n_cols; k0 += MM_BK) {
+        float v[32];
+        if (tid < MM_BM) {
+            const int64_t r = row0 + tid;
+            if (r < w.n_rows)
+                chunk_floats<T>(tile.w + r * w.row_bytes, (int)(k0 / 32), v);
+            else
+                for (int i = 0; i < 32; i++)
+                    v[i] = 0.0f;
+            for (int i = 0; i < 32; i++)
+                as[tid * MM_LDF + i] = v[i];
+        } else {
+            const int n = (tid - MM_BM) / 2, part = (tid - MM_BM) % 2;
+            mm_act16(x, act_row, n, part, k0, v);
+            for (int i = 0; i < 16; i++)
+                bs[n * MM_LDF + 16 * part + i] = v[i];
+        }
+        __syncthreads();
+        for (int k = 0; k < MM_BK; k++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++)
+                a[i] = as[(tm + 16 * i) * MM_LDF + k];
+            for (int j = 0; j < 4; j++)
+                b[j] = bs[(tn + 8 * j) * MM_LDF + k];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            const int64_t r = row0 + tm + 16 * i;
+            const int n = tn + 8 * j;
+            if (r < w.n_rows && n < tile.count)
+                mm_store(out, r, out_row[n], acc[i][j]);
+        }
+}
+
+template <int T>
+static int mm_launch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
+                     const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+{
+    if constexpr (T == GQ_F32 || T == GQ_BF16)
+        k_matmul_f<T><<<grid, MM_THREADS, 0, s>>>(*w, *x, n_tok, *out, routes, *g, grouped, gather);
+    else
+        k_matmul_h<T><<<grid, MM_THREADS, 0, s>>>(*w, *x, n_tok, *out, routes, *g, grouped, gather);
+    return launch_status();
+}
+
+static int mm_dispatch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
+                       const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+{
+    if (w->n_rows == 0 || grid.y == 0 || w->n_cols % MM_BK != 0)
+        return w->n_cols % MM_BK != 0 ? (int)gpuErrorInvalidValue : 0;
+    switch (w->type) {
+#define MM_CASE_(T)                                                                                              \
+    case T:                                                                                                      \
+        return mm_launch<T>(s, grid, w, x, n_tok, out, routes, g, grouped, gather);
+        GQ_FOR_EACH_QUANT(MM_CASE_)
+        GK_FOR_EACH_FLOAT(MM_CASE_)
+#undef MM_CASE_
+    default:
+        return (int)gpuErrorInvalidValue;
+    }
+}
+
+extern "C" int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out)
+{
+    const gk_groups none = {NULL, NULL, NULL, NULL, 0};
+    const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), (unsigned)((n_tok + MM_BN - 1) / MM_BN));
+    return mm_dispatch(s, grid, w, x, n_tok, out, NULL, &none, false, false);
+}
+
+extern "C" int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes,
+                                 const gk_groups *g, bool gather, const gk_out *out)
+{
+    const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), (unsigned)g->max_tiles);
+    return mm_dispatch(s, grid, w, x, 0, out, routes, g, true, gather);
+}

@@ -1,0 +1,211 @@
+/*
+ * moe.cu — the MoE layer's bookkeeping on the device, so no expert id ever
+ * travels to the host inside a step:
+ *   gk_moe_topk     gating (softmax | sigmoid) over all experts, top-k with
+ *                   ties to the lower expert id, weights renormalised or not,
+ *                   then scaled (the formulas of src/moe.c)
+ *   gk_moe_group    routes grouped by expert into tiles for the grouped
+ *                   matmul (prefill)
+ *   gk_moe_combine  each token's weighted sum of its routes' outputs
+ */
+#include "common.cuh"
+
+enum { TK_THREADS = 256, TK_WARPS = TK_THREADS / GPU_WARP, GR_THREADS = 1024, GR_MAX_EXPERTS = 4096 };
+
+struct best {
+    float v;
+    int i; /* -1: none */
+};
+
+/* b beats a: a real candidate, a larger value, or the lower id on a tie. */
+static inline __device__ bool better(best a, best b)
+{
+    return b.i >= 0 && (a.i < 0 || b.v > a.v || (b.v == a.v && b.i < a.i));
+}
+
+static inline __device__ best warp_best(best x)
+{
+    for (int m = GPU_WARP / 2; m > 0; m /= 2) {
+        best o;
+        o.v = gpu_shfl_xor(x.v, m);
+        o.i = gpu_shfl_xor(x.i, m);
+        if (better(x, o))
+            x = o;
+    }
+    return x;
+}
+
+/* Block-wide reductions through a small shared array; every thread gets
+ * the result. */
+static inline __device__ float block_max(float v, float *red)
+{
+    v = warp_max(v);
+    if (threadIdx.x % GPU_WARP == 0)
+        red[threadIdx.x / GPU_WARP] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < TK_WARPS; w++)
+        r = fmaxf(r, red[w]);
+    __syncthreads();
+    return r;
+}
+
+/* One block per token.  Shared: probs[n_expert], chosen[n_expert]. */
+__global__ void __launch_bounds__(TK_THREADS) k_moe_topk(gk_gating g, const float *logits, gk_route *routes)
+{
+    extern __shared__ float probs[];
+    unsigned char *chosen = (unsigned char *)(probs + g.n_expert);
+    __shared__ float red[TK_WARPS];
+    __shared__ double dred[TK_WARPS];
+    __shared__ best bred[TK_WARPS];
+    __shared__ float wsum;
+    const int t = blockIdx.x, tid = threadIdx.x;
+    const float *l = logits + (int64_t)t * g.n_expert;
+    if (g.sigmoid) {
+        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+            probs[e] = 1.0f / (1.0f + expf(-l[e]));
+    } else {
+        float mx = -INFINITY;
+        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+            mx = fmaxf(mx, l[e]);
+        mx = block_max(mx, red);
+        double sum = 0.0; /* as op_softmax: the sum in double */
+        for (int e = tid; e < g.n_expert; e += TK_THREADS) {
+            probs[e] = expf(l[e] - mx);
+            sum += probs[e];
+        }
+        for (int m = GPU_WARP / 2; m > 0; m /= 2)
+            sum += gpu_shfl_xor(sum, m);
+        if (tid % GPU_WARP == 0)
+            dred[tid / GPU_WARP] = sum;
+        __syncthreads();
+        double total = 0.0;
+        for (int w = 0; w < TK_WARPS; w++)
+            total += dred[w];
+        const float inv = (float)(1.0 / total);
+        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+            probs[e] *= inv;
+    }
+    for (int e = tid; e < g.n_expert; e += TK_THREADS)
+        chosen[e] = 0;
+    if (tid == 0)
+        wsum = 0.0f;
+    __syncthreads();
+    gk_route *r = routes + (int64_t)t * g.n_used;
+    for (int k = 0; k < g.n_used; k++) {
+        best b = {0.0f, -1};
+        for (int e = tid; e < g.n_expert; e += TK_THREADS) {
+            const best c = {probs[e], e};
+            if (!chosen[e] && better(b, c))
+                b = c;
+        }
+        b = warp_best(b);
+        if (tid % GPU_WARP == 0)
+            bred[tid / GPU_WARP] = b;
+        __syncthreads();
+        if (tid == 0) {
+            best w = bred[0];
+            for (int i = 1; i < TK_WARPS; i++)
+                if (better(w, bred[i]))
+                    w = bred[i];
+            chosen[w.i] = 1;
+            r[k].token = t;
+            r[k].expert = w.i;
+            r[k].weight = w.v;
+            wsum += w.v; /* in rank order, as moe_select */
+        }
+        __syncthreads();
+    }
+    if (tid < g.n_used) {
+        float w = r[tid].weight;
+        if (g.renorm)
+            w /= wsum;
+        r[tid].weight = w * g.scale;
+    }
+}
+
+extern "C" int gk_moe_topk(gpuStream_t s, const gk_gating *g, const float *logits, int n_tok, gk_route *routes)
+{
+    if (n_tok == 0)
+        return 0;
+    if (g->n_expert > GR_MAX_EXPERTS || g->n_used > TK_THREADS)
+        return (int)gpuErrorInvalidValue;
+    const size_t smem = (sizeof(float) + 1) * (size_t)g->n_expert;
+    k_moe_topk<<<n_tok, TK_THREADS, smem, s>>>(*g, logits, routes);
+    return launch_status();
+}
+
+/* One block.  The place of a route among its expert's comes from an atomic
+ * counter, so it varies from run to run; results do not, because every
+ * output row depends on its own activation row only and the combine sums
+ * each token's routes in rank order. */
+__global__ void __launch_bounds__(GR_THREADS) k_moe_group(const gk_route *routes, int n_routes, int n_expert,
+                                                          gk_groups g)
+{
+    __shared__ int count[GR_MAX_EXPERTS], first[GR_MAX_EXPERTS];
+    int32_t *order = (int32_t *)g.order, *slot_of = (int32_t *)g.slot_of, *tiles = (int32_t *)g.tiles;
+    for (int e = threadIdx.x; e < n_expert; e += GR_THREADS)
+        count[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_routes; i += GR_THREADS)
+        slot_of[i] = atomicAdd(&count[routes[i].expert], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int slot = 0, n_tiles = 0;
+        for (int e = 0; e < n_expert; e++) {
+            first[e] = slot;
+            for (int s = 0; s < count[e]; s += GK_TILE_TOK, n_tiles++) {
+                tiles[4 * n_tiles] = e;
+                tiles[4 * n_tiles + 1] = slot + s;
+                tiles[4 * n_tiles + 2] = min(GK_TILE_TOK, count[e] - s);
+                tiles[4 * n_tiles + 3] = 0;
+            }
+            slot += count[e];
+        }
+        *(int32_t *)g.n_tiles = n_tiles;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_routes; i += GR_THREADS) {
+        const int slot = first[routes[i].expert] + slot_of[i];
+        slot_of[i] = slot;
+        order[slot] = i;
+    }
+}
+
+extern "C" int gk_moe_max_tiles(int n_routes, int n_expert)
+{
+    return (n_routes + GK_TILE_TOK - 1) / GK_TILE_TOK + n_expert;
+}
+
+extern "C" int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes, int n_expert, const gk_groups *g)
+{
+    if (n_expert > GR_MAX_EXPERTS)
+        return (int)gpuErrorInvalidValue;
+    k_moe_group<<<1, GR_THREADS, 0, s>>>(routes, n_routes, n_expert, *g);
+    return launch_status();
+}
+
+/* One block per token: sub = sum_k w_k y_k in rank order, then x += sub. */
+__global__ void k_moe_combine(const gk_route *routes, const int32_t *slot_of, const float *y, int n_used, int64_t n,
+                              float *x)
+{
+    const int t = blockIdx.x;
+    for (int64_t d = threadIdx.x; d < n; d += blockDim.x) {
+        float sub = 0.0f;
+        for (int k = 0; k < n_used; k++) {
+            const int r = t * n_used + k;
+            const int slot = slot_of != NULL ? slot_of[r] : r;
+            sub += routes[r].weight * y[(int64_t)slot * n + d];
+        }
+        x[(int64_t)t * n + d] += sub;
+    }
+}
+
+extern "C" int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
+                              int n_used, int64_t n_embd, float *x)
+{
+    if (n_tok == 0)
+        return 0;
+    k_moe_combine<<<n_tok, 256, 0, s>>>(routes, slot_of, y, n_used, n_embd, x);
+    return launch_status();
+}

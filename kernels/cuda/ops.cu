@@ -1,0 +1,248 @@
+/*
+ * ops.cu — the element-wise and per-row steps of the forward pass, with
+ * the formulas of kernels/cpu/ops.c: embedding rows, RMSNorm (sum of
+ * squares in double), per-head QK-norm then RoPE with ggml's angle
+ * recurrence (theta_i = pos * theta_scale^i as a running float product),
+ * the K/V cache store, SwiGLU and residual adds.
+ */
+#include "common.cuh"
+
+/* One thread per 32-value chunk of an embedding row. */
+template <int T> __global__ void k_embed(gk_mat table, const int32_t *tokens, int n_tok, float *x)
+{
+    const int64_t chunks = table.n_cols / 32;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * chunks)
+        return;
+    const int64_t t = i / chunks;
+    const int c = (int)(i % chunks);
+    float v[32];
+    chunk_floats<T>(table.data + (int64_t)tokens[t] * table.row_bytes, c, v);
+    float *dst = x + t * table.n_cols + 32 * c;
+    for (int k = 0; k < 32; k++)
+        dst[k] = v[k];
+}
+
+extern "C" int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x)
+{
+    if (table->n_cols % 32 != 0)
+        return (int)gpuErrorInvalidValue;
+    const int64_t total = (int64_t)n_tok * (table->n_cols / 32);
+    const unsigned blocks = (unsigned)((total + 127) / 128);
+    if (total == 0)
+        return 0;
+    switch (table->type) {
+#define EMB_CASE_(T)                                                                                             \
+    case T:                                                                                                      \
+        k_embed<T><<<blocks, 128, 0, s>>>(*table, tokens, n_tok, x);                                             \
+        return launch_status();
+        GQ_FOR_EACH_QUANT(EMB_CASE_)
+        GK_FOR_EACH_FLOAT(EMB_CASE_)
+#undef EMB_CASE_
+    default:
+        return (int)gpuErrorInvalidValue;
+    }
+}
+
+enum { NORM_THREADS = 256 };
+
+/* The block's total of v (double), for every thread. */
+static inline __device__ double block_sum_d(double v, double *red)
+{
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        v += gpu_shfl_xor(v, m);
+    if (threadIdx.x % GPU_WARP == 0)
+        red[threadIdx.x / GPU_WARP] = v;
+    __syncthreads();
+    double total = 0.0;
+    for (int w = 0; w < (int)(blockDim.x / GPU_WARP); w++)
+        total += red[w];
+    __syncthreads();
+    return total;
+}
+
+__global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(const float *x, const float *gain, float eps, int64_t n,
+                                                          float *y)
+{
+    __shared__ double red[NORM_THREADS / GPU_WARP];
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+        sum += (double)xr[i] * xr[i];
+    sum = block_sum_d(sum, red);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+        yr[i] = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
+}
+
+extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y)
+{
+    if (n_rows == 0)
+        return 0;
+    k_rmsnorm<<<n_rows, NORM_THREADS, 0, s>>>(x, gain, eps, n, y);
+    return launch_status();
+}
+
+/* One warp per head of one token: blockIdx.x < n_head are Q heads, then
+ * n_head_kv K heads, then n_head_kv V heads (copied to the cache). */
+enum { RS_MAX_DIM = 256 };
+
+__global__ void k_rope_store(gk_rope r, const gk_step *step)
+{
+    __shared__ float hv[RS_MAX_DIM];
+    const int t = blockIdx.y, lane = threadIdx.x;
+    const int head = blockIdx.x;
+    const int pos = step->pos0 + t;
+    const int dk = r.head_dim_k, dv = r.head_dim_v;
+    if (head >= r.n_head + r.n_head_kv) { /* V head: to the cache as it is */
+        const int hh = head - r.n_head - r.n_head_kv;
+        const float *src = r.v + ((int64_t)t * r.n_head_kv + hh) * dv;
+        const int64_t dst = (int64_t)pos * r.n_head_kv * dv + (int64_t)hh * dv;
+        for (int i = lane; i < dv; i += GPU_WARP) {
+            if (r.kv_f16)
+                ((half *)r.v_cache)[dst + i] = __float2half_rn(src[i]);
+            else
+                ((float *)r.v_cache)[dst + i] = src[i];
+        }
+        return;
+    }
+    const bool is_q = head < r.n_head;
+    const int hh = is_q ? head : head - r.n_head;
+    float *x = is_q ? r.q + ((int64_t)t * r.n_head + hh) * dk : r.k + ((int64_t)t * r.n_head_kv + hh) * dk;
+    const float *gain = is_q ? r.q_norm : r.k_norm;
+    for (int i = lane; i < dk; i += GPU_WARP)
+        hv[i] = x[i];
+    __syncwarp();
+    if (gain != NULL) {
+        double sum = 0.0;
+        for (int i = lane; i < dk; i += GPU_WARP)
+            sum += (double)hv[i] * hv[i];
+        for (int m = GPU_WARP / 2; m > 0; m /= 2)
+            sum += gpu_shfl_xor(sum, m);
+        const float scale = 1.0f / sqrtf((float)(sum / (double)dk) + r.eps);
+        for (int i = lane; i < dk; i += GPU_WARP)
+            hv[i] = hv[i] * scale * gain[i];
+        __syncwarp();
+    }
+    const int half_rot = r.n_rot / 2;
+    for (int i = lane; i < half_rot; i += GPU_WARP) {
+        float theta = (float)pos;
+        for (int k = 0; k < i; k++)
+            theta *= r.theta_scale;
+        theta *= r.freq_scale;
+        const float c = cosf(theta) * r.attn_factor, sn = sinf(theta) * r.attn_factor;
+        const int ia = r.neox ? i : 2 * i, ib = r.neox ? i + half_rot : 2 * i + 1;
+        const float x0 = hv[ia], x1 = hv[ib];
+        hv[ia] = x0 * c - x1 * sn;
+        hv[ib] = x0 * sn + x1 * c;
+    }
+    __syncwarp();
+    for (int i = lane; i < dk; i += GPU_WARP)
+        x[i] = hv[i];
+    if (is_q)
+        return;
+    const int64_t dst = (int64_t)pos * r.n_head_kv * dk + (int64_t)hh * dk;
+    for (int i = lane; i < dk; i += GPU_WARP) {
+        if (r.kv_f16)
+            ((half *)r.k_cache)[dst + i] = __float2half_rn(hv[i]);
+        else
+            ((float *)r.k_cache)[dst + i] = hv[i];
+    }
+}
+
+extern "C" int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *step)
+{
+    if (r->n_tok == 0)
+        return 0;
+    if (r->head_dim_k > RS_MAX_DIM || r->n_rot > r->head_dim_k)
+        return (int)gpuErrorInvalidValue;
+    const dim3 grid((unsigned)(r->n_head + 2 * r->n_head_kv), (unsigned)r->n_tok);
+    k_rope_store<<<grid, GPU_WARP, 0, s>>>(*r, step);
+    return launch_status();
+}
+
+__global__ void k_swiglu(const float *g, const float *u, int64_t n, float *h)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        h[i] = silu(g[i]) * u[i];
+}
+
+extern "C" int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t n, float *h)
+{
+    if (n == 0)
+        return 0;
+    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(g, u, n, h);
+    return launch_status();
+}
+
+__global__ void k_add_rows(float *x, const float *y, const float *gate, int64_t n)
+{
+    const int t = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const float sc = gate != NULL ? 1.0f / (1.0f + expf(-gate[t])) : 1.0f;
+    x[(int64_t)t * n + i] += sc * y[(int64_t)t * n + i];
+}
+
+extern "C" int gk_add_rows(gpuStream_t s, float *x, const float *y, const float *gate, int n_tok, int64_t n)
+{
+    if (n_tok == 0 || n == 0)
+        return 0;
+    k_add_rows<<<dim3((unsigned)((n + 255) / 256), (unsigned)n_tok), 256, 0, s>>>(x, y, gate, n);
+    return launch_status();
+}
+
+/* ---- host-side checks of the block decoders ---- */
+
+template <int T> static void host_decode(const void *row, int c, float *out)
+{
+    gq_chunk ch;
+    gq_decode<T>((const uint8_t *)row, c, &ch);
+    for (int i = 0; i < 32; i++)
+        out[i] = gq_value(&ch, i);
+}
+
+template <int T> static float host_dot(const void *row, int c, const int8_t *a)
+{
+    gq_chunk ch;
+    gq_decode<T>((const uint8_t *)row, c, &ch);
+    int32_t packed[8];
+    __builtin_memcpy(packed, a, 32);
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 16; i++) {
+        s0 += a[i];
+        s1 += a[16 + i];
+    }
+    return gq_chunk_dot<T>(&ch, packed, s0, s1);
+}
+
+extern "C" bool gk_host_decode_chunk(uint32_t type, const void *row, int c, float out[32])
+{
+    switch (type) {
+#define HD_CASE_(T)                                                                                              \
+    case T:                                                                                                      \
+        host_decode<T>(row, c, out);                                                                             \
+        return true;
+        GQ_FOR_EACH_QUANT(HD_CASE_)
+#undef HD_CASE_
+    default:
+        return false;
+    }
+}
+
+extern "C" bool gk_host_chunk_dot(uint32_t type, const void *row, int c, const int8_t a[32], float *out)
+{
+    switch (type) {
+#define HC_CASE_(T)                                                                                              \
+    case T:                                                                                                      \
+        *out = host_dot<T>(row, c, a);                                                                           \
+        return true;
+        GQ_FOR_EACH_QUANT(HC_CASE_)
+#undef HC_CASE_
+    default:
+        return false;
+    }
+}

@@ -1,0 +1,93 @@
+/*
+ * gpu.h — the CUDA backend as the rest of hydra sees it.  A gpu_session
+ * holds a model's weights in device memory (one allocation), the KV cache
+ * and the scratch of one session (one allocation each), a stream, and the
+ * cache of captured decode graphs.  gpu_forward is the CUDA twin of
+ * forward() (src/forward.h): same inputs, same outputs.
+ *
+ * Built with CUDA=1 these are src/gpu/gpu_*.c over kernels/cuda; otherwise
+ * src/gpu/gpu_off.c answers that no device is available.
+ */
+#ifndef HYDRA_GPU_H
+#define HYDRA_GPU_H
+
+#include "hydra.h"
+
+#include "../weights.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether this build has the CUDA backend and a device is present.  When
+ * not, *why (optional) says which. */
+bool gpu_available(const char **why);
+
+/* --- device memory, accounted per purpose */
+typedef enum gpu_purpose {
+    GPU_MEM_WEIGHTS, /* one allocation per model upload */
+    GPU_MEM_KV,      /* one per session */
+    GPU_MEM_SCRATCH, /* one per session */
+    GPU_MEM_PINNED,  /* page-locked host staging, per session */
+    GPU_MEM_COUNT
+} gpu_purpose;
+
+const char *gpu_purpose_name(gpu_purpose p);
+/* Bytes hydra holds now, per purpose (all sessions of the process). */
+void gpu_mem_usage(uint64_t bytes[GPU_MEM_COUNT]);
+/* The device's free and total memory. */
+hydra_status gpu_mem_device(uint64_t *free_bytes, uint64_t *total_bytes);
+/* One line per purpose plus the device's free memory, into buf. */
+void gpu_mem_describe(char *buf, size_t cap);
+
+/* --- sessions */
+typedef struct gpu_session gpu_session;
+
+typedef struct gpu_options {
+    int64_t n_ctx, n_batch;
+    uint32_t kv_type; /* QT_F16 or QT_F32 */
+    bool graphs;      /* capture steps as CUDA graphs and replay them */
+    bool profile;     /* time every op with events (graphs off) */
+} gpu_options;
+
+hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o);
+void gpu_session_free(gpu_session *g); /* NULL is allowed */
+
+/* As forward(): n (1..n_batch) tokens at positions pos0 .., logits of every
+ * row (all_rows) or of the last. */
+hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
+                         float *logits);
+
+typedef struct gpu_stats {
+    uint64_t steps, captures, replays;
+    int graphs_cached;
+} gpu_stats;
+void gpu_session_stats(const gpu_session *g, gpu_stats *out);
+
+/* Profile (o->profile): milliseconds per op class summed over the steps
+ * since the last reset, as "name ms" lines into buf. */
+void gpu_profile_describe(const gpu_session *g, char *buf, size_t cap);
+void gpu_profile_reset(gpu_session *g);
+
+/* Device-to-device copy bandwidth over a buffer of mib MiB (bytes read plus
+ * bytes written per second), best of reps. */
+hydra_status gpu_copy_probe(int mib, int reps, double *gb_per_s);
+
+/* --- op-level checks (tests/test_cuda_ops.c): each copies its inputs to
+ * the device, runs one launcher, and copies the result back. */
+
+/* y[t][r] = W[r] . x[t] for n_tok rows of x (n_cols floats each); the
+ * 8-bit activations the kernels read go to xq/xd (n_tok * n_cols bytes,
+ * n_tok * n_cols / 32 scales) when not NULL.  matmul: the prefill kernel,
+ * else matvec (n_tok <= 8). */
+hydra_status gpu_check_linear(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                              int n_tok, bool matmul, float *y, int8_t *xq, float *xd);
+
+/* The kernels' block decoders run on the host (no device needed): the 32
+ * values of chunk c of a row, and the integer dot of that chunk with 32
+ * activation bytes before the activation scale.  false when this build has
+ * no CUDA kernels or the type has no GPU decoder. */
+bool gpu_host_decode_chunk(uint32_t type, const void *row, int c, float out[32]);
+bool gpu_host_chunk_dot(uint32_t type, const void *row, int c, const int8_t a[32], float *out);
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * gpu_forward.c — one step of the forward pass as a sequence of kernel
+ * launches on the session's stream, the CUDA twin of src/forward.c:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *       x += attention(rmsnorm(x))   Q/K/V (+ biases), QK-norm + RoPE +
+ *                                    KV store, flash-decoding GQA, output
+ *                                    projection added into x
+ *       x += ffn(rmsnorm(x))         MoE: router, top-k, experts per route
+ *                                    (decode) or grouped by expert
+ *                                    (prefill), combine; shared expert;
+ *                                    or a dense SwiGLU FFN
+ *   logits = output(rmsnorm(x))
+ *
+ * Nothing here waits for the device or reads device memory: token ids and
+ * the first position are in device memory (gk_step), so the whole step can
+ * be captured once and replayed.  Up to GK_MATVEC_MAX_TOK tokens take the
+ * matrix-vector kernels (8-bit activations, integer dot products); larger
+ * steps take the tiled matrix-matrix kernels.
+ */
+#include "gpu_internal.h"
+
+#include "../quant.h"
+
+#include <math.h>
+
+#define TRY(call, what)                                                                                        \
+    do {                                                                                                       \
+        const int e_ = (call);                                                                                 \
+        if (e_ != 0)                                                                                           \
+            return gpu_fail((gpuError_t)e_, what);                                                             \
+    } while (0)
+
+#define TRY_ST(call)                                                                                           \
+    do {                                                                                                       \
+        const hydra_status st_ = (call);                                                                       \
+        if (st_ != HYDRA_OK)                                                                                   \
+            return st_;                                                                                        \
+    } while (0)
+
+void gpu_prof_mark(gpu_session *g, gpu_op op)
+{
+    if (!g->o.profile || g->n_ev >= PROF_MAX_EVENTS)
+        return;
+    gpuEventRecord(g->events[g->n_ev], g->stream);
+    g->ev_op[g->n_ev++] = op;
+}
+
+/* --- activation sets */
+
+static void act_bind(gpu_act *a, int64_t n, int n_rows)
+{
+    a->n = n;
+    a->n_rows = n_rows;
+    a->q_ready = false;
+}
+
+static bool reads_8bit(const gk_mat *w)
+{
+    return w->type != QT_F32 && w->type != QT_F16 && w->type != QT_BF16;
+}
+
+/* The 8-bit form of a's rows, made on first use after a bind. */
+static hydra_status act_quantize(gpu_session *g, gpu_act *a)
+{
+    if (a->q_ready)
+        return HYDRA_OK;
+    TRY(gk_quantize_rows(g->stream, a->f, a->n_rows, a->n, a->q, a->meta), "quantizing activations");
+    gpu_prof_mark(g, OP_QUANT);
+    a->q_ready = true;
+    return HYDRA_OK;
+}
+
+static gk_act act_view(const gpu_act *a, int64_t row0)
+{
+    return (gk_act){.f = a->f + row0 * a->n, .q = a->q + row0 * a->n, .meta = a->meta + row0 * (a->n / 32) * 4,
+                    .n = a->n};
+}
+
+/* --- building blocks */
+
+/* y[t] = W . x[row0 + t] (+ bias) for t < n_tok, added to y when
+ * accumulate. */
+static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t row0, int n_tok, float *y,
+                           int64_t y_stride, const float *bias, bool accumulate, gpu_op op)
+{
+    const bool tiled = n_tok > GK_MATVEC_MAX_TOK && w->n_cols % 32 == 0;
+    if (tiled) {
+        const gk_act xa = act_view(x, row0);
+        const gk_out out = {.y = y, .y_stride = y_stride, .bias = bias, .accumulate = accumulate};
+        TRY(gk_matmul(g->stream, w, &xa, n_tok, &out), "matmul");
+    } else {
+        if (reads_8bit(w))
+            TRY_ST(act_quantize(g, x));
+        for (int t0 = 0; t0 < n_tok; t0 += GK_MATVEC_MAX_TOK) {
+            const int nt = n_tok - t0 < GK_MATVEC_MAX_TOK ? n_tok - t0 : GK_MATVEC_MAX_TOK;
+            const gk_act xa = act_view(x, row0 + t0);
+            const gk_rows rows = {.n_tok = nt};
+            const gk_out out = {.y = y + t0 * y_stride, .y_stride = y_stride, .bias = bias, .accumulate = accumulate};
+            TRY(gk_matvec(g->stream, w, NULL, &xa, &rows, &out), "matvec");
+        }
+    }
+    gpu_prof_mark(g, op);
+    return HYDRA_OK;
+}
+
+static hydra_status rmsnorm(gpu_session *g, const float *x, const gk_mat *gain, int n_rows, float *y)
+{
+    TRY(gk_rmsnorm(g->stream, x, gw_vec(gain), g->w->hp.norm_eps, n_rows, g->w->hp.n_embd, y), "rmsnorm");
+    gpu_prof_mark(g, OP_NORM);
+    return HYDRA_OK;
+}
+
+static bool glu_pair(const gk_mat *gate, const gk_mat *up)
+{
+    return gate->type == up->type && gate->row_bytes == up->row_bytes && gate->n_rows == up->n_rows;
+}
+
+/* --- attention */
+
+static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
+{
+    const arch_hparams *hp = &g->w->hp;
+    const int n = (int)sh->n_tok;
+    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, dk = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t dv = (int64_t)hp->n_head_kv * hp->head_dim_v, datt = (int64_t)hp->n_head * hp->head_dim_v;
+    const gpu_weights *gw = &g->gw;
+    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, g->xn.f));
+    act_bind(&g->xn, hp->n_embd, n);
+    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_Q), &g->xn, 0, n, g->q, dq, gw_vec(gw_at(gw, l, W_ATTN_Q_BIAS)), false,
+                  OP_QKV));
+    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_K), &g->xn, 0, n, g->k, dk, gw_vec(gw_at(gw, l, W_ATTN_K_BIAS)), false,
+                  OP_QKV));
+    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_V), &g->xn, 0, n, g->v, dv, gw_vec(gw_at(gw, l, W_ATTN_V_BIAS)), false,
+                  OP_QKV));
+
+    uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
+    uint8_t *v_cache = g->v_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->v_row * g->kv_elem;
+    const gk_rope r = {.q = g->q, .k = g->k, .v = g->v, .q_norm = gw_vec(gw_at(gw, l, W_ATTN_Q_NORM)),
+                       .k_norm = gw_vec(gw_at(gw, l, W_ATTN_K_NORM)), .eps = hp->norm_eps, .n_head = (int)hp->n_head,
+                       .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
+                       .head_dim_v = (int)hp->head_dim_v, .n_rot = (int)hp->n_rot,
+                       .neox = g->w->arch->rope == ROPE_NEOX, .theta_scale = powf(hp->rope.base, -2.0f / (float)hp->n_rot),
+                       .freq_scale = hp->rope.freq_scale, .attn_factor = hp->rope.attn_factor,
+                       .k_cache = k_cache, .v_cache = v_cache, .kv_f16 = g->o.kv_type == QT_F16, .n_tok = n};
+    TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
+    gpu_prof_mark(g, OP_ROPE);
+
+    /* Token groups bounded by the attention scratch (sized at creation). */
+    const size_t per_tok = gk_attention_scratch(1, (int)hp->n_head, (int)hp->head_dim_v, (int)sh->max_kv);
+    const int per_launch = (int)(g->attn_scratch_floats / per_tok);
+    for (int t0 = 0; t0 < n; t0 += per_launch) {
+        const gk_attn a = {.q = g->q + t0 * dq, .k = k_cache, .v = v_cache, .kv_f16 = g->o.kv_type == QT_F16,
+                           .k_row = g->k_row, .v_row = g->v_row, .n_head = (int)hp->n_head,
+                           .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
+                           .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale,
+                           .n_tok = n - t0 < per_launch ? n - t0 : per_launch, .tok0 = t0, .max_kv = (int)sh->max_kv,
+                           .scratch = g->attn_scratch, .out = g->att.f + t0 * datt};
+        TRY(gk_attention(g->stream, &a, g->d_step), "attention");
+    }
+    gpu_prof_mark(g, OP_ATTN);
+    act_bind(&g->att, datt, n);
+    return linear(g, gw_at(gw, l, W_ATTN_OUT), &g->att, 0, n, g->x, hp->n_embd, gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)),
+                  true, OP_ATTN_OUT);
+}
+
+/* --- feed-forward */
+
+/* out (rows of n_embd) = down . swiglu(gate . xn, up . xn), added to out
+ * when accumulate. */
+static hydra_status ffn_dense(gpu_session *g, const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n,
+                              float *out, bool accumulate)
+{
+    const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
+    if (n <= GK_MATVEC_MAX_TOK && glu_pair(gate, up)) {
+        if (reads_8bit(gate))
+            TRY_ST(act_quantize(g, &g->xn));
+        const gk_act xa = act_view(&g->xn, 0);
+        const gk_rows rows = {.n_tok = n};
+        const gk_out o = {.y = g->h.f, .y_stride = ff};
+        TRY(gk_matvec(g->stream, gate, up, &xa, &rows, &o), "FFN gate/up");
+    } else {
+        TRY_ST(linear(g, gate, &g->xn, 0, n, g->h_gate, ff, NULL, false, OP_FFN));
+        TRY_ST(linear(g, up, &g->xn, 0, n, g->h_up, ff, NULL, false, OP_FFN));
+        TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n * ff, g->h.f), "swiglu");
+    }
+    act_bind(&g->h, ff, n);
+    return linear(g, down, &g->h, 0, n, out, embd, NULL, accumulate, OP_FFN);
+}
+
+static gk_gating gating_of(const model_weights *w)
+{
+    return (gk_gating){.n_expert = (int)w->hp.n_expert, .n_used = (int)w->hp.n_expert_used,
+                       .sigmoid = w->hp.gating == GATING_SIGMOID, .renorm = w->hp.expert_weights_norm,
+                       .scale = w->hp.expert_weights_scale};
+}
+
+/* Decode: one matvec launch per matrix over every route. */
+static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
+    const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
+    if (reads_8bit(gate) || reads_8bit(up))
+        TRY_ST(act_quantize(g, &g->xn));
+    const gk_act xa = act_view(&g->xn, 0);
+    const gk_rows by_token = {.routes = g->routes, .n_routes = n_routes, .act_by_token = true};
+    if (glu_pair(gate, up)) {
+        const gk_out o = {.y = g->h.f, .y_stride = ff};
+        TRY(gk_matvec(g->stream, gate, up, &xa, &by_token, &o), "experts gate/up");
+    } else {
+        const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
+        TRY(gk_matvec(g->stream, gate, NULL, &xa, &by_token, &og), "experts gate");
+        TRY(gk_matvec(g->stream, up, NULL, &xa, &by_token, &ou), "experts up");
+        TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n_routes * ff, g->h.f), "swiglu");
+    }
+    gpu_prof_mark(g, OP_EXP_UP);
+    act_bind(&g->h, ff, n_routes);
+    if (reads_8bit(down))
+        TRY_ST(act_quantize(g, &g->h));
+    const gk_act ha = act_view(&g->h, 0);
+    const gk_rows by_route = {.routes = g->routes, .n_routes = n_routes, .act_by_token = false};
+    const gk_out oy = {.y = g->y, .y_stride = embd};
+    TRY(gk_matvec(g->stream, down, NULL, &ha, &by_route, &oy), "experts down");
+    gpu_prof_mark(g, OP_EXP_DOWN);
+    return HYDRA_OK;
+}
+
+/* Prefill: routes grouped by expert, one tiled launch per matrix. */
+static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
+    const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
+    const gk_groups gr = {.order = g->order, .slot_of = g->slot_of, .tiles = g->tiles, .n_tiles = g->n_tiles,
+                          .max_tiles = gk_moe_max_tiles(n_routes, (int)g->w->hp.n_expert)};
+    TRY(gk_moe_group(g->stream, g->routes, n_routes, (int)g->w->hp.n_expert, &gr), "grouping routes");
+    gpu_prof_mark(g, OP_GROUP);
+    const gk_act xa = act_view(&g->xn, 0);
+    const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
+    TRY(gk_matmul_grouped(g->stream, gate, &xa, g->routes, &gr, true, &og), "experts gate");
+    TRY(gk_matmul_grouped(g->stream, up, &xa, g->routes, &gr, true, &ou), "experts up");
+    TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n_routes * ff, g->h.f), "swiglu");
+    gpu_prof_mark(g, OP_EXP_UP);
+    act_bind(&g->h, ff, n_routes);
+    const gk_act ha = act_view(&g->h, 0);
+    const gk_out oy = {.y = g->y, .y_stride = embd};
+    TRY(gk_matmul_grouped(g->stream, down, &ha, g->routes, &gr, false, &oy), "experts down");
+    gpu_prof_mark(g, OP_EXP_DOWN);
+    return HYDRA_OK;
+}
+
+static hydra_status moe(gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_gating gating = gating_of(g->w);
+    const int n_routes = n * gating.n_used;
+    const int64_t embd = g->w->hp.n_embd;
+    TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert, NULL, false, OP_ROUTER));
+    TRY(gk_moe_topk(g->stream, &gating, g->router, n, g->routes), "top-k");
+    gpu_prof_mark(g, OP_TOPK);
+    const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % 32 == 0 &&
+                         gw_at(gw, l, W_MOE_DOWN)->n_cols % 32 == 0;
+    TRY_ST(grouped ? experts_grouped(g, l, n_routes) : experts_routed(g, l, n_routes));
+    TRY(gk_moe_combine(g->stream, g->routes, grouped ? g->slot_of : NULL, g->y, n, gating.n_used, embd, g->x),
+        "combine");
+    gpu_prof_mark(g, OP_COMBINE);
+
+    const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
+    if (sh_gate->data == NULL)
+        return HYDRA_OK;
+    const gk_mat *sh_router = gw_at(gw, l, W_SHEXP_ROUTER);
+    if (sh_router->data != NULL)
+        TRY_ST(linear(g, sh_router, &g->xn, 0, n, g->shexp_gate, 1, NULL, false, OP_FFN));
+    TRY_ST(ffn_dense(g, sh_gate, gw_at(gw, l, W_SHEXP_UP), gw_at(gw, l, W_SHEXP_DOWN), n, g->y, false));
+    TRY(gk_add_rows(g->stream, g->x, g->y, sh_router->data != NULL ? g->shexp_gate : NULL, n, embd),
+        "shared expert add");
+    gpu_prof_mark(g, OP_FFN);
+    return HYDRA_OK;
+}
+
+static hydra_status feed_forward(gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_FFN_NORM), n, g->xn.f));
+    act_bind(&g->xn, g->w->hp.n_embd, n);
+    if (g->w->layer[l].moe)
+        return moe(g, l, n);
+    return ffn_dense(g, gw_at(gw, l, W_FFN_GATE), gw_at(gw, l, W_FFN_UP), gw_at(gw, l, W_FFN_DOWN), n, g->x, true);
+}
+
+/* --- the step */
+
+hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
+{
+    const arch_hparams *hp = &g->w->hp;
+    const int n = (int)sh->n_tok;
+    TRY(gk_embed(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x), "embedding");
+    gpu_prof_mark(g, OP_EMBED);
+    for (int l = 0; l < (int)hp->n_layer; l++) {
+        TRY_ST(attention(g, l, sh));
+        TRY_ST(feed_forward(g, l, n));
+    }
+    const int first = sh->all_rows ? 0 : n - 1;
+    TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, g->xn.f));
+    act_bind(&g->xn, hp->n_embd, n - first);
+    return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+}

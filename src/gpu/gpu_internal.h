@@ -1,0 +1,150 @@
+/*
+ * gpu_internal.h — what the files of the CUDA backend share: the session
+ * struct, the device copy of the weights, activation sets, the allocator's
+ * internals, and the graph cache.
+ */
+#ifndef HYDRA_GPU_INTERNAL_H
+#define HYDRA_GPU_INTERNAL_H
+
+#include "gpu.h"
+
+#include "../../kernels/cuda/compat.h"
+#include "../../kernels/cuda/kernels.h"
+#include "../error.h"
+
+/* --- allocator (gpu_alloc.c) */
+hydra_status gpu_fail(gpuError_t e, const char *what);
+hydra_status gpu_mem_alloc(gpu_purpose p, size_t bytes, void **out, const char *what);
+void gpu_mem_free(gpu_purpose p, void *ptr, size_t bytes);
+
+/* Many buffers carved from one allocation: add each buffer's slot and size,
+ * then allocate once; every slot receives its address (256-byte aligned). */
+enum { CARVE_MAX = 64 };
+typedef struct carve {
+    void **slot[CARVE_MAX];
+    size_t offset[CARVE_MAX];
+    int n;
+    size_t total;
+    bool overflow;
+} carve;
+void carve_add(carve *c, void **slot, size_t bytes);
+hydra_status carve_alloc(carve *c, gpu_purpose p, void **base, const char *what);
+#define CARVE(c, ptr, bytes) carve_add((c), (void **)&(ptr), (bytes))
+
+/* --- weights in device memory (gpu_weights.c) */
+typedef struct gpu_weights {
+    void *base;
+    size_t bytes;
+    gk_mat global[W_COUNT];
+    gk_mat *layer; /* n_layer x W_COUNT; data NULL where the host binding is empty */
+    int n_layer;
+} gpu_weights;
+
+/* Checks that the kernels can run every bound tensor, then copies them into
+ * one device allocation. */
+hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w);
+void gpu_weights_free(gpu_weights *gw);
+
+static inline const gk_mat *gw_at(const gpu_weights *gw, int layer, arch_role role)
+{
+    return &gw->layer[(size_t)layer * W_COUNT + role];
+}
+
+static inline const float *gw_vec(const gk_mat *m)
+{
+    return (const float *)m->data;
+}
+
+/* --- activation rows and their 8-bit form, converted once per contents */
+typedef struct gpu_act {
+    float *f;
+    int8_t *q;
+    int32_t *meta;
+    int64_t n;    /* values per row */
+    int n_rows;   /* current rows */
+    bool q_ready; /* q/meta hold the current contents */
+} gpu_act;
+
+/* --- profile: op classes timed with events */
+#define GPU_OP_TABLE(X)                                                                                        \
+    X(OP_EMBED, "embed") X(OP_NORM, "rmsnorm") X(OP_QUANT, "quantize act") X(OP_QKV, "q/k/v proj")           \
+        X(OP_ROPE, "qk-norm+rope+kv") X(OP_ATTN, "attention") X(OP_ATTN_OUT, "attn out proj")                 \
+            X(OP_ROUTER, "router") X(OP_TOPK, "top-k") X(OP_GROUP, "group by expert")                         \
+                X(OP_EXP_UP, "experts gate/up") X(OP_EXP_DOWN, "experts down") X(OP_COMBINE, "combine")       \
+                    X(OP_FFN, "dense/shared FFN") X(OP_OUTPUT, "output proj")
+typedef enum gpu_op {
+#define GPU_OP_ENUM_(id, name) id,
+    GPU_OP_TABLE(GPU_OP_ENUM_)
+#undef GPU_OP_ENUM_
+        OP_COUNT
+} gpu_op;
+
+enum { PROF_MAX_EVENTS = 4096, GRAPH_CACHE = 16 };
+
+/* The structure of one step: what a captured graph depends on. */
+typedef struct step_shape {
+    int64_t n_tok;
+    int64_t max_kv;   /* context bucket: the attention grid's bound */
+    int64_t all_rows; /* logits of every row (else the last) */
+} step_shape;
+
+typedef struct graph_entry {
+    uint64_t key;
+    gpuGraphExec_t exec;
+} graph_entry;
+
+struct gpu_session {
+    const model_weights *w;
+    gpu_options o;
+    gpu_weights gw;
+    gpuStream_t stream;
+
+    void *kv_base;
+    size_t kv_bytes;
+    uint8_t *k_cache, *v_cache; /* n_layer x n_ctx rows */
+    int64_t k_row, v_row;       /* elements per cache row */
+    size_t kv_elem;
+
+    void *scratch_base;
+    size_t scratch_bytes;
+    gk_step *d_step;
+    int32_t *d_tokens;
+    float *x, *q, *k, *v, *router, *shexp_gate, *attn_scratch, *h_gate, *h_up, *y, *logits;
+    size_t attn_scratch_floats;
+    gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
+    gk_route *routes;
+    int32_t *order, *slot_of, *tiles, *n_tiles;
+    int max_tiles;
+    int64_t ff_max;            /* widest FFN hidden row */
+
+    void *pinned_base;
+    size_t pinned_bytes;
+    gk_step *h_step;
+    int32_t *h_tokens;
+    float *h_logits;           /* one row */
+
+    graph_entry graphs[GRAPH_CACHE];
+    int n_graphs, next_evict;
+    gpu_stats stats;
+
+    gpuEvent_t *events;        /* profile only */
+    gpu_op ev_op[PROF_MAX_EVENTS];
+    int n_ev;
+    double prof_ms[OP_COUNT];
+    uint64_t prof_steps;
+};
+
+/* --- the step (gpu_forward.c): enqueues every kernel of one step on the
+ * session's stream; reads token ids and pos0 from device memory. */
+hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh);
+
+/* --- graph cache (gpu_graph.c): runs the step of this shape, capturing it
+ * on first use, replaying it after. */
+hydra_status gpu_graph_run(gpu_session *g, const step_shape *sh);
+void gpu_graph_free_all(gpu_session *g);
+
+/* --- profile marks (gpu_forward.c): records an event attributing the time
+ * since the previous mark to op. */
+void gpu_prof_mark(gpu_session *g, gpu_op op);
+
+#endif

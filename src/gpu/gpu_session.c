@@ -1,0 +1,302 @@
+/*
+ * gpu_session.c — a CUDA session: checks that the model is one the kernels
+ * run, uploads its weights, sizes the KV cache and the scratch for n_batch
+ * tokens (one allocation each), and runs steps: token ids and position go
+ * to device memory, the step is enqueued (or its captured graph replayed),
+ * the logits come back, and the stream is synchronised once per step.
+ */
+#include "gpu_internal.h"
+
+#include "../quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Attention partials of a step's tokens are computed in groups that fit
+ * this much scratch (decode needs far less). */
+enum { ATTN_SCRATCH_BUDGET = 256 << 20 };
+
+/* The roles gpu_forward.c reads; a model with any other tensor bound needs
+ * a step this backend does not have yet (sinks, MLA, expert biases...). */
+static const arch_role gpu_roles[] = {
+    W_TOKEN_EMBD,   W_OUTPUT_NORM,  W_OUTPUT,      W_ATTN_NORM,    W_ATTN_Q,       W_ATTN_K,
+    W_ATTN_V,       W_ATTN_OUT,     W_ATTN_Q_BIAS, W_ATTN_K_BIAS,  W_ATTN_V_BIAS,  W_ATTN_OUT_BIAS,
+    W_ATTN_Q_NORM,  W_ATTN_K_NORM,  W_FFN_NORM,    W_FFN_GATE,     W_FFN_UP,       W_FFN_DOWN,
+    W_MOE_ROUTER,   W_MOE_GATE,     W_MOE_UP,      W_MOE_DOWN,     W_SHEXP_ROUTER, W_SHEXP_GATE,
+    W_SHEXP_UP,     W_SHEXP_DOWN,
+};
+
+static bool gpu_reads(arch_role role)
+{
+    for (size_t i = 0; i < sizeof gpu_roles / sizeof gpu_roles[0]; i++)
+        if (gpu_roles[i] == role)
+            return true;
+    return false;
+}
+
+static hydra_status check_roles(const model_weights *w)
+{
+    for (int r = 0; r < W_COUNT; r++) {
+        bool bound = w->global[r].data != NULL;
+        for (uint32_t l = 0; l < w->hp.n_layer; l++)
+            bound |= w->layer[l].w[r].data != NULL;
+        if (bound && !gpu_reads((arch_role)r))
+            return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: tensor %s is not supported yet", w->arch->name,
+                              arch_tensor_specs[r].name);
+    }
+    return HYDRA_OK;
+}
+
+static hydra_status check_model(const model_weights *w)
+{
+    const arch_hparams *hp = &w->hp;
+    const char *arch = w->arch->name;
+    if (w->arch->attention != NULL || w->arch->act != ACT_SWIGLU || hp->n_swa != 0 || hp->rope.ext_factor != 0.0f)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: its attention or activation (MLA, sliding "
+                          "windows, YaRN, clamped SwiGLU) is not supported yet", arch);
+    if (hp->n_expert > 0 && ((hp->gating != GATING_SOFTMAX && hp->gating != GATING_SIGMOID) ||
+                             hp->n_expert_group > 1))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: expert gating %u with %u groups is not supported "
+                          "yet", arch, hp->gating, hp->n_expert_group);
+    if (hp->head_dim_k > 256 || hp->head_dim_v > 256 || hp->n_embd % 32 != 0 || hp->n_expert > 4096 ||
+        hp->n_expert_used > 256)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: head sizes %u/%u (at most 256), n_embd %u (a multiple "
+                          "of 32), %u experts (at most 4096) top-%u", hp->head_dim_k, hp->head_dim_v, hp->n_embd,
+                          hp->n_expert, hp->n_expert_used);
+    const size_t smem = sizeof(float) * (hp->n_head / hp->n_head_kv) * (hp->head_dim_k + GK_ATTN_CHUNK);
+    if (smem > 48 * 1024)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %u query heads per KV head of %u need too much shared "
+                          "memory", hp->n_head / hp->n_head_kv, hp->head_dim_k);
+    return check_roles(w);
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c)
+{
+    const int64_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+static hydra_status alloc_kv(gpu_session *g)
+{
+    const arch_hparams *hp = &g->w->hp;
+    g->kv_elem = g->o.kv_type == QT_F16 ? 2 : 4;
+    g->k_row = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    g->v_row = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const size_t rows = (size_t)hp->n_layer * (size_t)g->o.n_ctx;
+    carve c = {0};
+    CARVE(&c, g->k_cache, rows * (size_t)g->k_row * g->kv_elem);
+    CARVE(&c, g->v_cache, rows * (size_t)g->v_row * g->kv_elem);
+    g->kv_bytes = c.total;
+    return carve_alloc(&c, GPU_MEM_KV, &g->kv_base, "KV cache");
+}
+
+/* An activation set of up to rows rows of n values, with its 8-bit form. */
+static void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n)
+{
+    CARVE(c, a->f, sizeof(float) * (size_t)(rows * n));
+    CARVE(c, a->q, (size_t)(rows * n));
+    CARVE(c, a->meta, 16 * (size_t)(rows * (n / 32 + 1)));
+}
+
+static hydra_status alloc_scratch(gpu_session *g)
+{
+    const arch_hparams *hp = &g->w->hp;
+    const int64_t nb = g->o.n_batch, embd = hp->n_embd;
+    const int64_t k = hp->n_expert_used > 0 ? hp->n_expert_used : 1;
+    const int64_t routes = nb * k;
+    g->ff_max = max3(hp->n_ff_exp, hp->n_ff_shexp, hp->n_ff);
+    const int64_t hidden = max3(routes * hp->n_ff_exp, nb * hp->n_ff_shexp, nb * hp->n_ff);
+    g->max_tiles = gk_moe_max_tiles((int)routes, (int)hp->n_expert);
+    const size_t per_tok = gk_attention_scratch(1, (int)hp->n_head, (int)hp->head_dim_v, (int)g->o.n_ctx);
+    size_t attn = per_tok * (size_t)nb;
+    if (attn > ATTN_SCRATCH_BUDGET / sizeof(float))
+        attn = per_tok > ATTN_SCRATCH_BUDGET / sizeof(float) ? per_tok : ATTN_SCRATCH_BUDGET / sizeof(float) / per_tok * per_tok;
+    g->attn_scratch_floats = attn;
+    carve c = {0};
+    CARVE(&c, g->d_step, sizeof(gk_step));
+    CARVE(&c, g->d_tokens, sizeof(int32_t) * (size_t)nb);
+    CARVE(&c, g->x, sizeof(float) * (size_t)(nb * embd));
+    carve_act(&c, &g->xn, nb, embd);
+    CARVE(&c, g->q, sizeof(float) * (size_t)nb * hp->n_head * hp->head_dim_k);
+    CARVE(&c, g->k, sizeof(float) * (size_t)nb * hp->n_head_kv * hp->head_dim_k);
+    CARVE(&c, g->v, sizeof(float) * (size_t)nb * hp->n_head_kv * hp->head_dim_v);
+    carve_act(&c, &g->att, nb, (int64_t)hp->n_head * hp->head_dim_v);
+    CARVE(&c, g->attn_scratch, sizeof(float) * attn);
+    CARVE(&c, g->router, sizeof(float) * (size_t)nb * (hp->n_expert + 1));
+    CARVE(&c, g->shexp_gate, sizeof(float) * (size_t)nb);
+    CARVE(&c, g->routes, sizeof(gk_route) * (size_t)routes);
+    CARVE(&c, g->order, sizeof(int32_t) * (size_t)routes);
+    CARVE(&c, g->slot_of, sizeof(int32_t) * (size_t)routes);
+    CARVE(&c, g->tiles, 4 * sizeof(int32_t) * (size_t)g->max_tiles);
+    CARVE(&c, g->n_tiles, sizeof(int32_t));
+    CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
+    CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
+    carve_act(&c, &g->h, 1, hidden);
+    CARVE(&c, g->y, sizeof(float) * (size_t)((routes > nb ? routes : nb) * embd));
+    CARVE(&c, g->logits, sizeof(float) * (size_t)nb * hp->n_vocab);
+    g->scratch_bytes = c.total;
+    hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &g->scratch_base, "scratch");
+    if (st != HYDRA_OK)
+        return st;
+    carve p = {0};
+    CARVE(&p, g->h_step, sizeof(gk_step));
+    CARVE(&p, g->h_tokens, sizeof(int32_t) * (size_t)nb);
+    CARVE(&p, g->h_logits, sizeof(float) * hp->n_vocab);
+    g->pinned_bytes = p.total;
+    return carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging");
+}
+
+static hydra_status create_events(gpu_session *g)
+{
+    g->events = calloc(PROF_MAX_EVENTS, sizeof *g->events);
+    if (g->events == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "profile events");
+    for (int i = 0; i < PROF_MAX_EVENTS; i++) {
+        gpuError_t e = gpuEventCreate(&g->events[i]);
+        if (e != gpuSuccess)
+            return gpu_fail(e, "creating profile events");
+    }
+    return HYDRA_OK;
+}
+
+hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o)
+{
+    *out = NULL;
+    const char *why = NULL;
+    if (!gpu_available(&why))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s", why);
+    hydra_status st = check_model(w);
+    if (st != HYDRA_OK)
+        return st;
+    gpu_session *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "CUDA session");
+    g->w = w;
+    g->o = *o;
+    if (g->o.profile)
+        g->o.graphs = false; /* events are recorded between launches */
+    gpuError_t e = gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking);
+    st = e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "creating a stream");
+    if (st == HYDRA_OK)
+        st = gpu_weights_upload(&g->gw, w);
+    if (st == HYDRA_OK)
+        st = alloc_kv(g);
+    if (st == HYDRA_OK)
+        st = alloc_scratch(g);
+    if (st == HYDRA_OK && g->o.profile)
+        st = create_events(g);
+    if (st != HYDRA_OK) {
+        gpu_session_free(g);
+        return st;
+    }
+    *out = g;
+    return HYDRA_OK;
+}
+
+void gpu_session_free(gpu_session *g)
+{
+    if (g == NULL)
+        return;
+    if (g->stream != NULL)
+        gpuStreamSynchronize(g->stream);
+    gpu_graph_free_all(g);
+    if (g->events != NULL)
+        for (int i = 0; i < PROF_MAX_EVENTS; i++)
+            if (g->events[i] != NULL)
+                gpuEventDestroy(g->events[i]);
+    free(g->events);
+    gpu_mem_free(GPU_MEM_PINNED, g->pinned_base, g->pinned_bytes);
+    gpu_mem_free(GPU_MEM_SCRATCH, g->scratch_base, g->scratch_bytes);
+    gpu_mem_free(GPU_MEM_KV, g->kv_base, g->kv_bytes);
+    gpu_weights_free(&g->gw);
+    if (g->stream != NULL)
+        gpuStreamDestroy(g->stream);
+    free(g);
+}
+
+/* The attention grid's bound: a power of two from 256, so that decode
+ * captures one graph per doubling of the context, not per position. */
+static int64_t context_bucket(int64_t need, int64_t n_ctx)
+{
+    int64_t b = 256;
+    while (b < need)
+        b *= 2;
+    return b < n_ctx ? b : n_ctx;
+}
+
+static void profile_collect(gpu_session *g)
+{
+    for (int i = 1; i < g->n_ev; i++) {
+        float ms = 0;
+        if (gpuEventElapsedTime(&ms, g->events[i - 1], g->events[i]) == gpuSuccess)
+            g->prof_ms[g->ev_op[i]] += ms;
+    }
+    g->prof_steps++;
+}
+
+hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows, float *logits)
+{
+    const uint32_t n_vocab = g->w->hp.n_vocab;
+    *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n};
+    memcpy(g->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
+    gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step), gpuMemcpyHostToDevice, g->stream);
+    if (e == gpuSuccess)
+        e = gpuMemcpyAsync(g->d_tokens, g->h_tokens, sizeof(int32_t) * (size_t)n, gpuMemcpyHostToDevice, g->stream);
+    if (e != gpuSuccess)
+        return gpu_fail(e, "copying the step's tokens");
+    const step_shape sh = {.n_tok = n, .max_kv = context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
+    g->n_ev = 0;
+    gpu_prof_mark(g, OP_COUNT);
+    hydra_status st = g->o.graphs ? gpu_graph_run(g, &sh) : gpu_enqueue_step(g, &sh);
+    if (st != HYDRA_OK) {
+        gpuStreamSynchronize(g->stream);
+        return st;
+    }
+    const size_t rows = all_rows ? (size_t)n : 1;
+    e = gpuMemcpyAsync(all_rows ? logits : g->h_logits, g->logits, sizeof(float) * rows * n_vocab,
+                       gpuMemcpyDeviceToHost, g->stream);
+    const gpuError_t e_sync = gpuStreamSynchronize(g->stream);
+    if (e == gpuSuccess)
+        e = e_sync;
+    if (e != gpuSuccess)
+        return gpu_fail(e, "running a step");
+    if (!all_rows)
+        memcpy(logits, g->h_logits, sizeof(float) * n_vocab);
+    if (g->o.profile)
+        profile_collect(g);
+    g->stats.steps++;
+    return HYDRA_OK;
+}
+
+void gpu_session_stats(const gpu_session *g, gpu_stats *out)
+{
+    *out = g->stats;
+    out->graphs_cached = g->n_graphs;
+}
+
+void gpu_profile_reset(gpu_session *g)
+{
+    memset(g->prof_ms, 0, sizeof g->prof_ms);
+    g->prof_steps = 0;
+}
+
+void gpu_profile_describe(const gpu_session *g, char *buf, size_t cap)
+{
+    static const char *const names[OP_COUNT] = {
+#define GPU_OP_NAME_(id, name) name,
+        GPU_OP_TABLE(GPU_OP_NAME_)
+#undef GPU_OP_NAME_
+    };
+    double total = 0;
+    for (int i = 0; i < OP_COUNT; i++)
+        total += g->prof_ms[i];
+    const double steps = g->prof_steps > 0 ? (double)g->prof_steps : 1.0;
+    size_t len = (size_t)snprintf(buf, cap, "| op | us per step | share |\n| --- | ---: | ---: |\n");
+    for (int i = 0; i < OP_COUNT && len < cap; i++)
+        if (g->prof_ms[i] > 0)
+            len += (size_t)snprintf(buf + len, cap - len, "| %s | %.1f | %.1f%% |\n", names[i],
+                                    1000.0 * g->prof_ms[i] / steps, total > 0 ? 100.0 * g->prof_ms[i] / total : 0.0);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "| total (events, graphs off) | %.1f | 100%% |\n", 1000.0 * total / steps);
+}
