@@ -139,7 +139,7 @@ hydra_status fwd_init(fwd_scratch *f, const model_weights *w, int64_t n_batch, i
     f->rope = alloc_floats(nb * hp->n_rot, &ok);
     f->kern = op_kernels_best();
     if (hook == NULL) {
-        const fwd_attn_geom g = gqa_geom(hp, NULL, 0);
+        const fwd_attn_geom g = gqa_geom(hp, NULL, QT_F32);
         f->scores_per_thread = fwd_attend_scratch(&g, n_ctx);
         f->scores = alloc_floats((size_t)n_threads * f->scores_per_thread, &ok);
     }

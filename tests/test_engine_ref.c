@@ -1,7 +1,8 @@
 /*
  * The engine against llama.cpp's logits (../shared/ref, procedure in
- * ../shared/ref/README.md): for every qwen3moe, mixtral and qwen2moe file,
- * the 200-token prompt evaluated in one batch (F32 and F16 cache), token by
+ * ../shared/ref/README.md): for every qwen3moe, mixtral, qwen2moe,
+ * deepseek2 and gpt-oss file, the 200-token prompt (longer than gpt-oss's
+ * window of 128) evaluated in one batch (F32 and F16 cache), token by
  * token, and in batches of 7 must each reach mean KL(ref || hydra) <=
  * max_kl_mean and top-1 agreement >= min_top1; greedy continuation must
  * match the reference's first min_greedy_match tokens; truncating to 100
