@@ -52,7 +52,8 @@ LIB_SRC   += src/gpu/gpu_off.c
 CU_SRC    :=
 endif
 RUN_SRC   := $(wildcard src/tools/*.c)
-TOOL_SRC  := $(RUN_SRC) bench/mkmodel.c bench/bench.c
+BENCH_SRC := $(filter-out bench/mkmodel.c,$(wildcard bench/*.c))
+TOOL_SRC  := $(RUN_SRC) bench/mkmodel.c $(BENCH_SRC)
 TEST_SRC  := $(filter-out tests/fuzz_%.c,$(wildcard tests/*.c))
 SERVE_SRC := $(wildcard server/*.c)
 
@@ -90,7 +91,7 @@ $(BUILD)/hydra-run: $(RUN_SRC:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 $(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/hydra-bench: $(BUILD)/obj/bench/bench.o $(LIB_A)
+$(BUILD)/hydra-bench: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server reuses hydra-run's stop-string filter (src/tools/run_stop.c).

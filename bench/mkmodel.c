@@ -5,6 +5,7 @@
  *   hydra-mkmodel -o tiny.gguf
  *   hydra-mkmodel -o big.gguf --preset qwen3-30b-a3b --layers 4
  *   hydra-mkmodel -o mix.gguf --arch llama --experts 16 --type F16
+ *   hydra-mkmodel -o bench.gguf --preset qwen3moe-bench      (Q4_K_M, 1.85 GiB)
  *
  * Exit status: 0 written, 1 the file could not be written, 2 bad arguments.
  */
@@ -69,6 +70,9 @@ static void usage(FILE *fp)
     for (uint32_t t = 0; t < QT_COUNT; t++)
         if (synth_type_writable(t))
             fprintf(fp, " %s", quant_traits_of(t)->name);
+    fprintf(fp, "\n                      or a llama-quantize mix:");
+    for (int m = SYNTH_MIX_NONE + 1; synth_mix_name((synth_mix)m) != NULL; m++)
+        fprintf(fp, " %s", synth_mix_name((synth_mix)m));
     fprintf(fp, "\n  --seed S            random seed (same seed, same file)\n  -h, --help          this text\n\npresets:\n");
     for (size_t i = 0; i < synth_preset_count(); i++)
         fprintf(fp, "  %-15s %s\n", synth_preset_name(i), synth_preset_summary(i));
@@ -166,8 +170,12 @@ static int build_params(const mk_opts *o, synth_params *p)
             return bad_arg("%s needs a whole number below 2^32", u32_options[i].flag);
         *(uint32_t *)((char *)p + u32_options[i].offset) = (uint32_t)v;
     }
-    if (o->type && !find_type(o->type, &p->type))
-        return bad_arg("--type: unknown tensor type '%s'", o->type);
+    if (o->type && synth_mix_find(o->type, &p->mix))
+        p->type = QT_COUNT; /* unused: the mix picks every type */
+    else if (o->type && find_type(o->type, &p->type))
+        p->mix = SYNTH_MIX_NONE;
+    else if (o->type)
+        return bad_arg("--type: unknown tensor type or mix '%s'", o->type);
     if (o->seed && !parse_u64(o->seed, UINT64_MAX, &p->seed))
         return bad_arg("--seed needs a whole number, not '%s'", o->seed);
     if (synth_check(p) != HYDRA_OK)
@@ -210,7 +218,8 @@ static int write_model(const char *path, synth_params *p)
     }
     fprintf(stderr, "wrote %s: %s, %" PRIu32 " layers, n_embd %" PRIu32 ", %" PRIu32 " experts top-%" PRIu32
                     ", %s, %.1f MiB of tensors\n",
-            path, p->arch, p->n_layer, p->n_embd, p->n_expert, p->n_expert_used, quant_traits_of(p->type)->name,
+            path, p->arch, p->n_layer, p->n_embd, p->n_expert, p->n_expert_used,
+            p->mix != SYNTH_MIX_NONE ? synth_mix_name(p->mix) : quant_traits_of(p->type)->name,
             synth_data_bytes(p) / 1048576.0);
     return 0;
 }

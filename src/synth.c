@@ -12,6 +12,7 @@
 #include "gguf_write.h"
 #include "quant.h"
 #include "synth_arch.h"
+#include "synth_mix.h"
 #include "synth_vocab.h"
 #include "synth_weights.h"
 
@@ -103,6 +104,22 @@ static hydra_status check_rules(const synth_arch *a, const synth_params *p)
 
 /* ------------------------------------------------------------ the plan */
 
+/* t->n_bytes from its type and shape, added to the plan's total. */
+static hydra_status size_tensor(plan *pl, planned_tensor *t)
+{
+    uint64_t n_rows = t->ne[1], row_bytes;
+    if (__builtin_mul_overflow(n_rows, t->ne[2], &n_rows))
+        return hydra_fail(HYDRA_ERR_RANGE, "%s: tensor %s is too large", pl->arch->name, t->name);
+    if (!quant_row_bytes(t->type, t->ne[0], &row_bytes))
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s: tensor %s: rows of %" PRIu64 " values do not divide into "
+                          "%s blocks of %" PRIu32, pl->arch->name, t->name, t->ne[0],
+                          quant_traits_of(t->type)->name, quant_traits_of(t->type)->block_size);
+    if (__builtin_mul_overflow(n_rows, row_bytes, &t->n_bytes) ||
+        __builtin_add_overflow(pl->data_bytes, t->n_bytes, &pl->data_bytes))
+        return hydra_fail(HYDRA_ERR_RANGE, "%s: tensor %s is too large", pl->arch->name, t->name);
+    return HYDRA_OK;
+}
+
 static hydra_status plan_push(plan *pl, const char *name, uint32_t type, uint32_t n_dims, const uint64_t ne[3],
                               synth_role role)
 {
@@ -116,18 +133,35 @@ static hydra_status plan_push(plan *pl, const char *name, uint32_t type, uint32_
     planned_tensor *t = &pl->tensors[pl->n_tensors];
     *t = (planned_tensor){.type = type, .role = role, .ne = {ne[0], ne[1], ne[2]}, .n_dims = n_dims};
     snprintf(t->name, sizeof t->name, "%s", name);
-    uint64_t n_rows = ne[1], row_bytes;
-    if (__builtin_mul_overflow(n_rows, ne[2], &n_rows))
-        return hydra_fail(HYDRA_ERR_RANGE, "%s: tensor %s is too large", pl->arch->name, name);
-    if (!quant_row_bytes(type, ne[0], &row_bytes))
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s: tensor %s: rows of %" PRIu64 " values do not divide into "
-                          "%s blocks of %" PRIu32, pl->arch->name, name, ne[0], quant_traits_of(type)->name,
-                          quant_traits_of(type)->block_size);
-    if (__builtin_mul_overflow(n_rows, row_bytes, &t->n_bytes) ||
-        __builtin_add_overflow(pl->data_bytes, t->n_bytes, &pl->data_bytes))
-        return hydra_fail(HYDRA_ERR_RANGE, "%s: tensor %s is too large", pl->arch->name, name);
-    pl->n_tensors++;
-    return HYDRA_OK;
+    hydra_status st = size_tensor(pl, t);
+    if (st == HYDRA_OK)
+        pl->n_tensors++;
+    return st;
+}
+
+/* Gives every weight matrix the type p.mix picks for it. */
+static hydra_status apply_mix(plan *pl)
+{
+    if (pl->p.mix == SYNTH_MIX_NONE)
+        return HYDRA_OK;
+    synth_mix_tensor *mt = malloc(sizeof *mt * (pl->n_tensors + 1));
+    if (mt == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "synthetic model: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < pl->n_tensors; i++)
+        if (pl->tensors[i].role == SR_WEIGHT)
+            mt[n++] = (synth_mix_tensor){pl->tensors[i].name, pl->tensors[i].type};
+    synth_mix_apply(&pl->p, mt, n);
+    hydra_status st = HYDRA_OK;
+    pl->data_bytes = 0;
+    for (size_t i = 0, k = 0; i < pl->n_tensors && st == HYDRA_OK; i++) {
+        planned_tensor *t = &pl->tensors[i];
+        if (t->role == SR_WEIGHT)
+            t->type = mt[k++].type;
+        st = size_tensor(pl, t);
+    }
+    free(mt);
+    return st;
 }
 
 /* A spec's shape and rank (its dims that are not SQ_NONE, so a router of
@@ -208,7 +242,11 @@ static hydra_status plan_build(plan *pl, const synth_params *p)
     pl->arch = synth_arch_find(p->arch);
     if (pl->arch == NULL)
         return synth_arch_preset(p->arch, &pl->p); /* fails, naming the known architectures */
-    hydra_status st = check_type(p->type);
+    if (p->mix != SYNTH_MIX_NONE && synth_mix_name(p->mix) == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "synthetic model: unknown type mix %d", (int)p->mix);
+    if (p->mix != SYNTH_MIX_NONE)
+        pl->p.type = synth_mix_base_type(p->mix);
+    hydra_status st = check_type(pl->p.type);
     if (st == HYDRA_OK)
         st = check_rules(pl->arch, p);
     if (st == HYDRA_OK)
@@ -218,6 +256,8 @@ static hydra_status plan_build(plan *pl, const synth_params *p)
         st = check_keys(pl);
     if (st == HYDRA_OK)
         st = plan_tensors(pl);
+    if (st == HYDRA_OK)
+        st = apply_mix(pl);
     if (st != HYDRA_OK)
         plan_free(pl);
     return st;
@@ -245,7 +285,8 @@ uint64_t synth_data_bytes(const synth_params *p)
 /* ------------------------------------------------------------ metadata */
 
 /* llama.cpp's general.file_type (enum llama_ftype) for a file whose weight
- * matrices are all of one type; a type missing here gets no such key. */
+ * matrices are all of one type; a type missing here gets no such key (a
+ * mix has its own, synth_mix.c). */
 static const struct {
     uint32_t type, file_type;
 } file_types[] = {
@@ -263,7 +304,9 @@ static hydra_status add_general_keys(gguf_writer *w, const plan *pl)
     gguf_writer_add_str(w, "general.architecture", pl->arch->name);
     gguf_writer_add_str(w, "general.type", "model");
     gguf_writer_add_str(w, "general.name", name);
-    for (size_t i = 0; i < sizeof file_types / sizeof file_types[0]; i++)
+    if (pl->p.mix != SYNTH_MIX_NONE)
+        gguf_writer_add_u32(w, "general.file_type", synth_mix_file_type(pl->p.mix));
+    for (size_t i = 0; i < sizeof file_types / sizeof file_types[0] && pl->p.mix == SYNTH_MIX_NONE; i++)
         if (file_types[i].type == pl->p.type)
             gguf_writer_add_u32(w, "general.file_type", file_types[i].file_type);
     return gguf_writer_add_u32(w, "general.quantization_version", 2);

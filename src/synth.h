@@ -26,6 +26,12 @@
  * HYDRA_ERR_CANCELLED). */
 typedef bool (*synth_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
 
+/* Per-tensor type mixes named as llama-quantize's file types: most weight
+ * matrices in the mix's base type (Q4_K for Q4_K_M), some in wider types
+ * by llama.cpp's rules (synth_mix.c: output.weight, part of attn_v and of
+ * ffn_down in Q6_K, ...). */
+typedef enum synth_mix { SYNTH_MIX_NONE = 0, SYNTH_MIX_Q4_K_M, SYNTH_MIX_Q5_K_M } synth_mix;
+
 typedef struct synth_params {
     const char *arch;          /* "qwen3moe", "llama", "qwen2moe", "deepseek2", "gpt-oss" */
     uint32_t n_layer;
@@ -44,6 +50,8 @@ typedef struct synth_params {
     uint32_t n_vocab;          /* 0: the vocabulary's natural size (a few hundred tokens) */
     uint32_t n_ctx;            /* context_length */
     uint32_t type;             /* weight matrices: a type synth_type_writable() accepts */
+    synth_mix mix;             /* SYNTH_MIX_NONE: every weight matrix in `type`; otherwise the mix
+                                  picks each matrix's type and `type` is ignored */
     uint64_t seed;
     uint32_t n_threads;        /* generating threads; 0 = one per processor (the bytes do not depend on it) */
     synth_progress_fn progress; /* optional */
@@ -73,6 +81,11 @@ uint64_t synth_data_bytes(const synth_params *p);
  * quantiser (from_float) and is a weight format (a reference dot product;
  * activation-only formats such as Q8_K are not). */
 bool synth_type_writable(uint32_t type);
+
+/* The mix named `name` ("Q4_K_M", any case): false if there is none. */
+bool synth_mix_find(const char *name, synth_mix *out);
+/* "Q4_K_M"; NULL for SYNTH_MIX_NONE or an unknown value. */
+const char *synth_mix_name(synth_mix m);
 
 /* Writes the model.  Same parameters and seed give a byte-identical file. */
 hydra_status synth_write(const char *path, const synth_params *p);

@@ -242,7 +242,9 @@ typedef struct preset {
 /* The *-tiny shapes are those of ../shared/models (README.md there); the
  * vocabulary is hydra's own.  qwen3-30b-a3b is Qwen3-30B-A3B's shape
  * (config.json: hidden 2048, 48 layers, 32/4 heads of 128, 128 experts
- * top-8 of 768, intermediate 6144, vocab 151936, max positions 40960). */
+ * top-8 of 768, intermediate 6144, vocab 151936, max positions 40960).
+ * qwen3moe-bench is the benchmark file of issue 4 and ../shared/ANCHORS.md
+ * (Qwen3-30B-A3B's widths with 8 layers and 64 experts, Q4_K_M). */
 #define QWEN3MOE_TINY                                                                                    \
     {.arch = "qwen3moe", .n_layer = 2, .n_embd = 64, .n_head = 4, .n_head_kv = 2, .head_dim = 32,     \
      .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_ff = 192, .n_ctx = 40960, .type = QT_Q8_0,  \
@@ -266,6 +268,11 @@ static const preset presets[] = {
     {"gptoss-tiny", "gpt-oss, 4 layers, n_embd 64, 8 experts top-2, Q8_0",
      {.arch = "gpt-oss", .n_layer = 4, .n_embd = 64, .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_expert = 8,
       .n_expert_used = 2, .n_ff_exp = 64, .n_ff = 64, .n_ctx = 131072, .type = QT_Q8_0, .seed = 1}},
+    {"qwen3moe-bench", "qwen3moe, issue 4's benchmark: 8 layers, n_embd 2048, 64 experts top-8 of 768, Q4_K_M "
+                       "(1.85 GiB)",
+     {.arch = "qwen3moe", .n_layer = 8, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+      .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960,
+      .type = QT_Q4_K, .mix = SYNTH_MIX_Q4_K_M, .seed = 1}},
     {"qwen3-30b-a3b", "qwen3moe, Qwen3-30B-A3B's shape: 48 layers, n_embd 2048, 128 experts top-8, Q8_0 (~32 GB)",
      {.arch = "qwen3moe", .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
       .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960,

@@ -57,6 +57,14 @@ quant_vec_dot_rows_fn quant_cpu_vec_dot_rows(uint32_t wtype)
     return set != NULL ? set->vec_dot_rows[wtype] : NULL;
 }
 
+quant_gemm_fn quant_cpu_gemm(uint32_t wtype)
+{
+    if (wtype >= QT_COUNT)
+        return NULL;
+    const simd_kernels *set = set_of_vec_dot(wtype);
+    return set != NULL ? set->gemm[wtype] : NULL;
+}
+
 quant_from_float_fn quant_cpu_act_quantizer(uint32_t act_type)
 {
     if (act_type >= QT_COUNT)

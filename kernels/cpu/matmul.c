@@ -48,6 +48,7 @@ void matmul_quantize_act(uint32_t wtype, const float *x, void *x_q, int64_t n)
 typedef struct matmul_job {
     quant_vec_dot_fn vec_dot;
     quant_vec_dot_rows_fn vec_dot_rows; /* SIMD_ROWS rows at once, or NULL */
+    quant_gemm_fn gemm;                 /* SIMD_GEMM_TOKENS tokens at once, or NULL */
     const uint8_t *w;
     size_t row_stride;
     int64_t n_rows, n;
@@ -110,12 +111,29 @@ static void matvec_task(void *ctx, int thread_idx, int n_threads)
         dot_rows(job, r0, r1, job->x, job->y);
 }
 
+/* Rows r0 .. r1 for every token, SIMD_GEMM_TOKENS tokens per call: each
+ * weight block is decoded once per call and dotted with all its tokens. */
+static void gemm_rows(const matmul_job *job, int64_t r0, int64_t r1)
+{
+    for (int64_t t0 = 0; t0 < job->n_tok; t0 += SIMD_GEMM_TOKENS) {
+        int toks = (int)min64(SIMD_GEMM_TOKENS, job->n_tok - t0);
+        job->gemm(job->n, job->w + (size_t)r0 * job->row_stride, job->row_stride, (int)(r1 - r0),
+                  job->x + (size_t)t0 * job->x_stride, job->x_stride, toks, job->y + (size_t)t0 * job->y_stride + r0,
+                  job->y_stride);
+    }
+}
+
 static void matmul_task(void *ctx, int thread_idx, int n_threads)
 {
     (void)thread_idx;
     (void)n_threads;
     matmul_job *job = ctx;
     int64_t r0, r1;
+    if (job->gemm != NULL) {
+        while (claim(job, &r0, &r1))
+            gemm_rows(job, r0, r1);
+        return;
+    }
     while (claim(job, &r0, &r1)) {
         for (int64_t t0 = 0; t0 < job->n_tok; t0 += TOKENS_PER_BLOCK) {
             int64_t t1 = min64(t0 + TOKENS_PER_BLOCK, job->n_tok);
@@ -153,6 +171,7 @@ void matmul(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride,
     matmul_job job = {
         .vec_dot = quant_traits_of(wtype)->vec_dot,
         .vec_dot_rows = quant_cpu_vec_dot_rows(wtype),
+        .gemm = quant_cpu_gemm(wtype),
         .w = w, .row_stride = row_stride, .n_rows = n_rows, .n = n,
         .x = x_q, .x_stride = x_stride, .n_tok = n_tok,
         .y = y, .y_stride = y_stride,

@@ -27,6 +27,7 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 }
 
 #include "vec_dot_x86.inc"
+#include "gemm_x86.inc"
 
 static bool avx2_runs_on(const cpu_features *f)
 {
@@ -41,6 +42,7 @@ const simd_kernels simd_avx2 = {
     .isa = "avx2",
     .runs_on = avx2_runs_on,
     X86_KERNEL_TABLES,
+    X86_GEMM_TABLE,
 };
 
 #endif

@@ -26,6 +26,7 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 }
 
 #include "vec_dot_x86.inc"
+#include "gemm_x86.inc"
 
 static bool avx512_runs_on(const cpu_features *f)
 {
@@ -40,6 +41,7 @@ const simd_kernels simd_avx512 = {
     .isa = "avx512",
     .runs_on = avx512_runs_on,
     X86_KERNEL_TABLES,
+    X86_GEMM_TABLE,
 };
 
 #endif

@@ -23,6 +23,7 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 }
 
 #include "vec_dot_x86.inc"
+#include "gemm_x86.inc"
 
 static bool avxvnni_runs_on(const cpu_features *f)
 {
@@ -37,6 +38,7 @@ const simd_kernels simd_avxvnni = {
     .isa = "avxvnni",
     .runs_on = avxvnni_runs_on,
     X86_KERNEL_TABLES,
+    X86_GEMM_TABLE,
 };
 
 #endif
