@@ -233,8 +233,8 @@ static float search_scale(const lattice *L, const iq_shape *sh, const float *x, 
     float best = amax / qmax;
     double best_err = DBL_MAX;
     group_fit g[4];
-    for (int k = 0; k <= 20; k++) {
-        fit_run(L, sh, x, n, amax / (qmax * (0.5f + 0.05f * (float)k)), g);
+    for (int k = 0; k <= 10; k++) {
+        fit_run(L, sh, x, n, amax / (qmax * (0.5f + 0.1f * (float)k)), g);
         double sxq = 0.0, sqq = 0.0, sxx = 0.0;
         for (int i = 0; i < n; i++) {
             float q = g[i / 8].q[i % 8];
