@@ -223,7 +223,8 @@ TEST(server_survives_garbage_and_slow_clients)
     START(s, "--timeout 1");
     /* not HTTP at all */
     SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send(&c, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", 25));
+    static const char tls_hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n";
+    SCHECK(s, ts_send(&c, tls_hello, sizeof tls_hello - 1));
     SCHECK(s, ts_read(&c, &r) && r.status == 400 && r.closed);
     ts_resp_free(&r);
     ts_close(&c);
