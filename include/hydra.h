@@ -240,6 +240,26 @@ HYDRA_API void hydra_session_free(hydra_session *session);
 HYDRA_API hydra_status hydra_session_eval(hydra_session *session, const int32_t *tokens, size_t n_tokens,
                                           float *logits);
 
+/* Evaluates tokens of several sessions of one model in one forward pass
+ * (continuous batching: a server steps all its conversations together).
+ * Session i gets tokens[i][0, n_tokens[i]) at its next positions.  Every
+ * weight matrix is read once for the rows of all sessions; attention runs
+ * per session over its own cache.  Afterwards each session is as if
+ * hydra_session_eval(sessions[i], tokens[i], n_tokens[i], NULL) had run:
+ * its positions advanced and its last token's logits kept, the same
+ * logits as evaluating it alone.  The pass uses the first session's
+ * threads and working buffers: the tokens in all must be at most its
+ * n_batch (and each session's at most its own), and no session's context
+ * larger than its context.  Fails, evaluating nothing, when a session
+ * appears twice, sessions belong to different models or are not on the
+ * CPU backend, a token id is >= n_vocab or n_tokens[i] is 0
+ * (HYDRA_ERR_INVALID_ARG), or a session's cache would overflow or the
+ * tokens exceed n_batch (HYDRA_ERR_RANGE).  Unlike
+ * hydra_session_eval it allocates: the list of sequences and one row of
+ * logits per session, for the call. */
+HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *sessions, const int32_t *const *tokens,
+                                                const size_t *n_tokens, size_t n_sessions);
+
 /* Evaluates one token (decode); same as hydra_session_eval(s, &token, 1, NULL). */
 HYDRA_API hydra_status hydra_session_decode(hydra_session *session, int32_t token);
 

@@ -341,40 +341,65 @@ static fwd_attn_geom gqa_geom(const arch_hparams *hp, const layer_weights *lw, u
     };
 }
 
-/* GQA: Q/K/V projections (+ biases), QK-norm, RoPE, K/V into the cache,
- * attention (windowed, with sinks, where the layer has them), output
- * projection (+ bias). */
-static void attention_gqa(const fwd_layer *c)
+/* GQA: Q/K/V projections (+ biases) of every row together, then per
+ * sequence QK-norm, RoPE, K/V into its cache and attention (windowed, with
+ * sinks, where the layer has them), then the output projection (+ bias) of
+ * every row together. */
+static void attention_gqa(const model_weights *w, int l, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs,
+                          int n_seqs, int64_t n_rows)
 {
-    const model_weights *w = c->w;
-    thread_pool *pool = c->pool;
-    kv_cache *kv = c->kv;
-    fwd_scratch *f = c->f;
     const arch_hparams *hp = &w->hp;
-    const layer_weights *lw = &w->layer[c->layer];
-    const kv_layer *layer = &kv->layer[c->layer];
-    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k;
+    const layer_weights *lw = &w->layer[l];
+    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, dout = (int64_t)hp->n_head * hp->head_dim_v;
     const int64_t dk = (int64_t)hp->n_head_kv * hp->head_dim_k, dv = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    act_bind(&f->xn_act, f->xn, c->n);
+    act_bind(&f->xn_act, f->xn, n_rows);
     fwd_project(pool, &lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], &f->xn_act, f->q);
     fwd_project(pool, &lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], &f->xn_act, f->k);
     fwd_project(pool, &lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], &f->xn_act, f->v);
 
-    for (int64_t t = 0; t < c->n; t++) {
-        const float *cs = f->rope + t * hp->n_rot;
-        prepare_heads(f->q + t * dq, (int)hp->n_head, (int)hp->head_dim_k, &lw->w[W_ATTN_Q_NORM], hp->norm_eps, cs,
-                      (int)hp->n_rot, w->arch->rope);
-        prepare_heads(f->k + t * dk, (int)hp->n_head_kv, (int)hp->head_dim_k, &lw->w[W_ATTN_K_NORM], hp->norm_eps,
-                      cs, (int)hp->n_rot, w->arch->rope);
-        op_kv_store(f->kern, kv_k_row(kv, layer, c->pos0 + t), kv->type, f->k + t * dk, (int)dk);
-        op_kv_store(f->kern, kv_v_row(kv, layer, c->pos0 + t), kv->type, f->v + t * dv, (int)dv);
+    int64_t row0 = 0;
+    for (int i = 0; i < n_seqs; row0 += seqs[i].n, i++) {
+        const fwd_seq *sq = &seqs[i];
+        kv_cache *kv = sq->kv;
+        const kv_layer *layer = &kv->layer[l];
+        for (int64_t r = row0; r < row0 + sq->n; r++) {
+            const float *cs = f->rope + r * hp->n_rot;
+            const int64_t pos = sq->pos0 + (r - row0);
+            prepare_heads(f->q + r * dq, (int)hp->n_head, (int)hp->head_dim_k, &lw->w[W_ATTN_Q_NORM], hp->norm_eps,
+                          cs, (int)hp->n_rot, w->arch->rope);
+            prepare_heads(f->k + r * dk, (int)hp->n_head_kv, (int)hp->head_dim_k, &lw->w[W_ATTN_K_NORM],
+                          hp->norm_eps, cs, (int)hp->n_rot, w->arch->rope);
+            op_kv_store(f->kern, kv_k_row(kv, layer, pos), kv->type, f->k + r * dk, (int)dk);
+            op_kv_store(f->kern, kv_v_row(kv, layer, pos), kv->type, f->v + r * dv, (int)dv);
+        }
+        const fwd_layer c = {.w = w, .layer = l, .pool = pool, .kv = kv, .f = f, .pos0 = sq->pos0, .n = sq->n};
+        const fwd_attn_geom g = gqa_geom(hp, lw, kv->type);
+        fwd_attend(&c, &g, f->q + row0 * dq, f->att + row0 * dout, f->scores, f->scores_per_thread);
     }
 
-    const fwd_attn_geom g = gqa_geom(hp, lw, kv->type);
-    fwd_attend(c, &g, f->q, f->att, f->scores, f->scores_per_thread);
-
-    act_bind(&f->att_act, f->att, c->n);
+    act_bind(&f->att_act, f->att, n_rows);
     fwd_project(pool, &lw->w[W_ATTN_OUT], &lw->w[W_ATTN_OUT_BIAS], &f->att_act, f->sub);
+}
+
+/* A descriptor's attention hook sees one sequence at a time: its rows of
+ * xn, rope and sub, as if they were the whole step. */
+static void attention_hook(const model_weights *w, int l, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs,
+                           int n_seqs)
+{
+    const int64_t embd = w->hp.n_embd, n_rot = w->hp.n_rot;
+    float *const xn = f->xn, *const sub = f->sub, *const rope = f->rope;
+    int64_t row0 = 0;
+    for (int i = 0; i < n_seqs; row0 += seqs[i].n, i++) {
+        f->xn = xn + row0 * embd;
+        f->sub = sub + row0 * embd;
+        f->rope = rope + row0 * n_rot;
+        const fwd_layer c = {.w = w, .layer = l, .pool = pool, .kv = seqs[i].kv, .f = f, .pos0 = seqs[i].pos0,
+                             .n = seqs[i].n};
+        w->arch->attention->run(&c);
+    }
+    f->xn = xn;
+    f->sub = sub;
+    f->rope = rope;
 }
 
 /* --- feed-forward */
@@ -402,33 +427,52 @@ static void feed_forward(const fwd_layer *c)
 
 /* --- the pass */
 
-void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratch *f, int64_t pos0,
-             const int32_t *tokens, int64_t n, bool all_rows, float *logits)
+void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs, int n_seqs,
+                  bool all_rows, float *logits)
 {
     const arch_hparams *hp = &w->hp;
     const int64_t embd = hp->n_embd;
-    embed(w, tokens, n, f->x);
-    for (int64_t t = 0; t < n; t++)
-        op_rope_cache_ext(f->rope + t * hp->n_rot, pos0 + t, &hp->rope);
-
-    void (*const attention)(const fwd_layer *) = w->arch->attention ? w->arch->attention->run : attention_gqa;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const layer_weights *lw = &w->layer[l];
-        const fwd_layer step = {.w = w, .layer = (int)l, .pool = pool, .kv = kv, .f = f, .pos0 = pos0, .n = n};
-        rmsnorm_rows(f->x, &lw->w[W_ATTN_NORM], hp->norm_eps, n, embd, f->xn);
-        attention(&step);
-        add_rows(f->x, f->sub, n * embd);
-
-        rmsnorm_rows(f->x, &lw->w[W_FFN_NORM], hp->norm_eps, n, embd, f->xn);
-        feed_forward(&step);
-        add_rows(f->x, f->sub, n * embd);
+    int64_t n_rows = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        embed(w, seqs[i].tokens, seqs[i].n, f->x + n_rows * embd);
+        for (int64_t t = 0; t < seqs[i].n; t++)
+            op_rope_cache_ext(f->rope + (n_rows + t) * hp->n_rot, seqs[i].pos0 + t, &hp->rope);
+        n_rows += seqs[i].n;
     }
 
-    if (pos0 + n > kv->n_written)
-        kv->n_written = pos0 + n;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *lw = &w->layer[l];
+        rmsnorm_rows(f->x, &lw->w[W_ATTN_NORM], hp->norm_eps, n_rows, embd, f->xn);
+        if (w->arch->attention != NULL)
+            attention_hook(w, (int)l, pool, f, seqs, n_seqs);
+        else
+            attention_gqa(w, (int)l, pool, f, seqs, n_seqs, n_rows);
+        add_rows(f->x, f->sub, n_rows * embd);
 
-    const int64_t first = all_rows ? 0 : n - 1;
-    rmsnorm_rows(f->x + first * embd, &w->global[W_OUTPUT_NORM], hp->norm_eps, n - first, embd, f->xn);
-    act_bind(&f->xn_act, f->xn, n - first);
+        const fwd_layer all = {.w = w, .layer = (int)l, .pool = pool, .f = f, .n = n_rows};
+        rmsnorm_rows(f->x, &lw->w[W_FFN_NORM], hp->norm_eps, n_rows, embd, f->xn);
+        feed_forward(&all);
+        add_rows(f->x, f->sub, n_rows * embd);
+    }
+
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].pos0 + seqs[i].n > seqs[i].kv->n_written)
+            seqs[i].kv->n_written = seqs[i].pos0 + seqs[i].n;
+
+    /* the rows whose logits are wanted, normed into xn's first rows */
+    int64_t n_out = 0, row0 = 0;
+    for (int i = 0; i < n_seqs; row0 += seqs[i].n, i++) {
+        const int64_t first = all_rows ? row0 : row0 + seqs[i].n - 1, n = row0 + seqs[i].n - first;
+        rmsnorm_rows(f->x + first * embd, &w->global[W_OUTPUT_NORM], hp->norm_eps, n, embd, f->xn + n_out * embd);
+        n_out += n;
+    }
+    act_bind(&f->xn_act, f->xn, n_out);
     fwd_project(pool, &w->global[W_OUTPUT], NULL, &f->xn_act, logits);
+}
+
+void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratch *f, int64_t pos0,
+             const int32_t *tokens, int64_t n, bool all_rows, float *logits)
+{
+    const fwd_seq one = {.kv = kv, .tokens = tokens, .pos0 = pos0, .n = n};
+    forward_seqs(w, pool, f, &one, 1, all_rows, logits);
 }

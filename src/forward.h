@@ -132,4 +132,23 @@ void fwd_free(fwd_scratch *f);
 void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratch *f, int64_t pos0,
              const int32_t *tokens, int64_t n, bool all_rows, float *logits);
 
+/* One sequence's share of a multi-sequence step: n tokens at positions
+ * pos0 .. pos0 + n - 1 of its own cache (whose n_ctx is at most f's). */
+typedef struct fwd_seq {
+    kv_cache *kv;
+    const int32_t *tokens;
+    int64_t pos0, n;
+} fwd_seq;
+
+/* forward() for several sequences at once (continuous batching): their
+ * rows, sequence after sequence (at most n_batch in all), go through every
+ * weight matrix together, so each matrix is read once for all of them;
+ * attention runs per sequence over its own cache.  A row's result depends
+ * only on its sequence (the kernels give a row the same bits whatever the
+ * other rows), so each sequence gets the logits it would get alone.  With
+ * all_rows, logits receives every row; otherwise row i is the last row of
+ * sequence i. */
+void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs, int n_seqs,
+                  bool all_rows, float *logits);
+
 #endif

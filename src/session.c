@@ -189,6 +189,72 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *token
     return HYDRA_OK;
 }
 
+/* The checks of hydra_session_eval for a batch of sessions, and the batch's own. */
+static hydra_status check_batch(hydra_session *const *ss, const int32_t *const *tokens, const size_t *n_tokens,
+                                size_t n)
+{
+    if (ss == NULL || tokens == NULL || n_tokens == NULL || n == 0 || n > INT32_MAX)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_eval_batch: sessions and tokens are required");
+    const hydra_session *first = ss[0];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const hydra_session *s = ss[i];
+        if (s == NULL || tokens[i] == NULL || n_tokens[i] == 0)
+            return hydra_fail(HYDRA_ERR_INVALID_ARG, "batch entry %zu: a session and at least one token are required", i);
+        if (s->model != first->model || s->gpu != NULL)
+            return hydra_fail(HYDRA_ERR_INVALID_ARG, "batch entry %zu: sessions must be of one model, on the CPU", i);
+        if (s->n_ctx > first->n_ctx)
+            return hydra_fail(HYDRA_ERR_RANGE, "batch entry %zu: a context of %lld exceeds the first session's %lld",
+                              i, (long long)s->n_ctx, (long long)first->n_ctx);
+        for (size_t k = 0; k < i; k++)
+            if (ss[k] == s)
+                return hydra_fail(HYDRA_ERR_INVALID_ARG, "batch entries %zu and %zu are the same session", k, i);
+        if (n_tokens[i] > (size_t)s->n_batch) /* a sliding layer's ring holds one step of n_batch */
+            return hydra_fail(HYDRA_ERR_RANGE, "batch entry %zu: %zu tokens exceed its session's n_batch of %lld", i,
+                              n_tokens[i], (long long)s->n_batch);
+        if (n_tokens[i] > (size_t)(s->n_ctx - s->n_past))
+            return hydra_fail(HYDRA_ERR_RANGE, "batch entry %zu: %zu tokens after %lld positions exceed the context "
+                              "of %lld", i, n_tokens[i], (long long)s->n_past, (long long)s->n_ctx);
+        for (size_t t = 0; t < n_tokens[i]; t++)
+            if (tokens[i][t] < 0 || (uint32_t)tokens[i][t] >= s->w.hp.n_vocab)
+                return hydra_fail(HYDRA_ERR_INVALID_ARG, "batch entry %zu: token %zu is id %d, outside the "
+                                  "vocabulary of %u", i, t, (int)tokens[i][t], s->w.hp.n_vocab);
+        total += n_tokens[i];
+    }
+    if (total > (size_t)first->n_batch)
+        return hydra_fail(HYDRA_ERR_RANGE, "a batch of %zu tokens exceeds the first session's n_batch of %lld", total,
+                          (long long)first->n_batch);
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *ss, const int32_t *const *tokens,
+                                                const size_t *n_tokens, size_t n)
+{
+    hydra_status st = check_batch(ss, tokens, n_tokens, n);
+    if (st != HYDRA_OK)
+        return st;
+    hydra_session *first = ss[0];
+    const uint32_t n_vocab = first->w.hp.n_vocab;
+    fwd_seq *seqs = malloc(sizeof *seqs * n);
+    float *logits = malloc(sizeof(float) * n_vocab * n); /* row i: session i's last token */
+    if (seqs == NULL || logits == NULL) {
+        free(seqs);
+        free(logits);
+        return hydra_fail(HYDRA_ERR_NOMEM, "a batch of %zu sessions", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i]};
+    forward_seqs(&first->w, first->pool, &first->f, seqs, (int)n, false, logits);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(ss[i]->logits, logits + i * n_vocab, sizeof(float) * n_vocab);
+        ss[i]->n_past += (int64_t)n_tokens[i];
+        ss[i]->have_logits = true;
+    }
+    free(seqs);
+    free(logits);
+    return HYDRA_OK;
+}
+
 HYDRA_API hydra_status hydra_session_decode(hydra_session *s, int32_t token)
 {
     return hydra_session_eval(s, &token, 1, NULL);
