@@ -40,12 +40,18 @@ void cache_append(slot *s, const hydra_token *t, size_t n)
         s->hashes[b] = block_hash(s->tokens + b * CACHE_BLOCK, b > 0 ? s->hashes[b - 1] : 0);
 }
 
-void cache_truncate(slot *s, size_t n)
+size_t cache_truncate(slot *s, size_t n)
 {
     if (n >= s->n_tokens)
-        return;
+        return s->n_tokens;
+    /* A sliding-window model's session cannot always rewind (its rings keep
+     * only the window plus one step): then the slot starts over. */
+    if (hydra_session_truncate(s->session, (uint32_t)n) != HYDRA_OK) {
+        hydra_session_clear(s->session);
+        n = 0;
+    }
     s->n_tokens = n;
-    hydra_session_truncate(s->session, (uint32_t)n); /* n <= n_past: cannot fail */
+    return n;
 }
 
 /* The tokens s's cache shares with prompt[0, n). */

@@ -7,7 +7,8 @@
  *      whose cache shares the longest prefix with its prompt (cache.c);
  *   3. one step: the sampled token of every generating slot plus chunks of
  *      the prompts being read, oldest first, up to -b tokens in all,
- *      evaluated together; then every slot that has new logits samples.
+ *      evaluated in one forward pass (hydra_session_eval_batch); then
+ *      every slot that has new logits samples.
  *
  * Slots are touched only by this thread.  The lock guards the waiting
  * queue, the stop flag and the snapshot that /slots and /metrics read.
@@ -152,6 +153,22 @@ static uint64_t model_fingerprint(const hydra_model *m)
     return XXH64(facts, sizeof facts, XXH64(arch, strlen(arch), 0));
 }
 
+/* A step's worth of rows through the slot's session, then forgotten (as
+ * llama-server warms up): the weights are paged in and the buffers a step
+ * led by this session touches exist before the first request, whose time
+ * to first token then measures serving, not page faults. */
+static bool warm_up(engine *e, slot *s)
+{
+    const int n = e->n_slots < (int)s->n_ctx ? e->n_slots : (int)s->n_ctx;
+    hydra_token rows[n];
+    const hydra_token bos = hydra_token_bos(e->model);
+    for (int i = 0; i < n; i++)
+        rows[i] = bos >= 0 ? bos : 0;
+    const bool ok = hydra_session_eval(s->session, rows, (size_t)n, NULL) == HYDRA_OK;
+    hydra_session_clear(s->session);
+    return ok;
+}
+
 static bool load(engine *e)
 {
     hydra_model_params mp = hydra_model_default_params();
@@ -185,7 +202,7 @@ static bool load(engine *e)
     sp.n_batch = (uint32_t)e->o->n_batch;
     sp.n_threads = e->o->n_threads;
     for (int i = 0; i < e->n_slots; i++)
-        if (slot_init(&e->slots[i], i, e->model, &sp) != HYDRA_OK) {
+        if (slot_init(&e->slots[i], i, e->model, &sp) != HYDRA_OK || !warm_up(e, &e->slots[i])) {
             snprintf(e->error, sizeof e->error, "slot %d of %u positions: %s", i, e->slot_ctx, hydra_last_error());
             return false;
         }
@@ -259,8 +276,7 @@ static void start_generate(engine *e, srv_task *t)
         return;
     }
     /* at least the last prompt token is evaluated: its logits are needed */
-    const size_t keep = shared < t->n_prompt ? shared : t->n_prompt - 1;
-    cache_truncate(s, keep);
+    const size_t keep = cache_truncate(s, shared < t->n_prompt ? shared : t->n_prompt - 1);
     slot_begin(s, e->model, t, keep, &e->ob);
 }
 
@@ -281,7 +297,7 @@ static void start_restore(engine *e, slot *s, srv_task *t, task_out *r)
     size_t shared = 0;
     while (shared < n && shared < s->n_tokens && s->tokens[shared] == tokens[shared])
         shared++;
-    cache_truncate(s, shared);
+    shared = cache_truncate(s, shared);
     if (shared == n) { /* the slot holds it already */
         outbox_done(&e->ob, t, FINISH_STOP, r);
         return;
@@ -366,35 +382,49 @@ static slot *oldest_prefill(engine *e, const bool *taken)
     return best;
 }
 
-/* Generating slots first (one token each), then prompt chunks. */
+/* The step's items: one token of every generating slot, then what is left
+ * of the -b budget in prompt chunks, oldest prompt first.  Items are in
+ * slot order, so the lowest active slot leads the batch (its threads and
+ * buffers run it): a steady leader keeps one session's buffers warm. */
 static int gather(engine *e)
 {
-    int n = 0;
+    size_t take[e->n_slots];
     bool taken[e->n_slots];
+    size_t budget = (size_t)e->o->n_batch;
     for (int i = 0; i < e->n_slots; i++) {
-        slot *s = &e->slots[i];
-        taken[i] = s->state == SLOT_GENERATE;
-        if (taken[i])
-            e->items[n++] = (step_item){s, &s->next, 1};
+        taken[i] = e->slots[i].state == SLOT_GENERATE;
+        take[i] = taken[i];
+        budget -= take[i]; /* -b >= -np: never below zero */
     }
-    size_t budget = (size_t)e->o->n_batch > (size_t)n ? (size_t)e->o->n_batch - (size_t)n : 1;
     slot *s;
     while (budget > 0 && (s = oldest_prefill(e, taken)) != NULL) {
-        const size_t k = s->n_feed < budget ? s->n_feed : budget;
-        e->items[n++] = (step_item){s, s->feed, k};
+        take[s->id] = s->n_feed < budget ? s->n_feed : budget;
         taken[s->id] = true;
-        budget -= k;
+        budget -= take[s->id];
+    }
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        s = &e->slots[i];
+        if (take[i] > 0)
+            e->items[n++] = (step_item){s, s->state == SLOT_GENERATE ? &s->next : s->feed, take[i]};
     }
     return n;
 }
 
-/* Evaluates every item at its slot's next positions; per item, the status. */
-static void evaluate(engine *e, int n, hydra_status *status)
+/* Evaluates every item at its slot's next positions, all in one forward
+ * pass (hydra_session_eval_batch: each weight matrix is read once for the
+ * step); the status is the batch's. */
+static hydra_status evaluate(engine *e, int n)
 {
+    hydra_session *sessions[n];
+    const int32_t *tokens[n];
+    size_t counts[n];
     for (int i = 0; i < n; i++) {
-        const step_item *it = &e->items[i];
-        status[i] = hydra_session_eval(it->s->session, it->tokens, it->n, NULL);
+        sessions[i] = e->items[i].s->session;
+        tokens[i] = e->items[i].tokens;
+        counts[i] = e->items[i].n;
     }
+    return hydra_session_eval_batch(sessions, tokens, counts, (size_t)n);
 }
 
 static void after_eval(engine *e, const step_item *it)
@@ -421,14 +451,15 @@ static void after_eval(engine *e, const step_item *it)
 static void step(engine *e)
 {
     const int n = gather(e);
-    hydra_status status[n > 0 ? n : 1];
-    evaluate(e, n, status);
+    if (n == 0)
+        return;
+    const hydra_status st = evaluate(e, n);
     for (int i = 0; i < n; i++) {
         const step_item *it = &e->items[i];
-        if (status[i] == HYDRA_OK)
+        if (st == HYDRA_OK)
             after_eval(e, it);
         else
-            slot_fail(it->s, &e->ob, 500, "evaluating %zu tokens: %s", it->n, hydra_last_error());
+            slot_fail(it->s, &e->ob, 500, "evaluating a step of %d requests: %s", n, hydra_last_error());
     }
 }
 

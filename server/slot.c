@@ -58,6 +58,8 @@ void slot_fail(slot *s, outbox *ob, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    if (status >= 500)
+        serve_log("slot %d: %s", s->id, message);
     metrics_finished(FINISH_ERROR);
     outbox_fail(ob, s->task, status, "%s", message);
     release(s);

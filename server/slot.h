@@ -103,8 +103,9 @@ size_t cache_hashes(const hydra_token *t, size_t n, uint64_t *out);
 /* The slot's cache gains t[0, n) (evaluated at its next positions). */
 void cache_append(slot *s, const hydra_token *t, size_t n);
 
-/* The slot's cache keeps its first n tokens (the session too). */
-void cache_truncate(slot *s, size_t n);
+/* The slot's cache keeps its first n tokens (the session too), or none
+ * when the session cannot rewind there; returns how many it kept. */
+size_t cache_truncate(slot *s, size_t n);
 
 /* The idle slot whose cache shares the longest prefix with prompt[0, n)
  * (least recently used among equals), or NULL when none is idle.  *shared:

@@ -26,7 +26,7 @@ typedef struct client {
     int port, id;
     pthread_barrier_t *first_done; /* every client's first request is done */
     int ok;
-    char error[512];
+    char error[4096];
 } client;
 
 static bool one_request(client *c, int k)
@@ -49,8 +49,8 @@ static bool one_request(client *c, int k)
                     (strcmp(st.finish, "stop") == 0 || strcmp(st.finish, "length") == 0) &&
                     (k % 2 == 0 || (st.usage != NULL && st.usage_choices_empty));
     if (!ok)
-        snprintf(c->error, sizeof c->error, "request %d: malformed stream (%s) finish '%s' done %d: %.200s", k,
-                 st.error, st.finish, st.done, r.body);
+        snprintf(c->error, sizeof c->error, "request %d: malformed stream (%s) finish '%s' done %d role %d usage %d: %s",
+                 k, st.error, st.finish, st.done, st.role_first, st.usage != NULL, r.body);
     ts_stream_free(&st);
     ts_resp_free(&r);
     return ok;
@@ -104,7 +104,8 @@ TEST(server_16_clients_x_8_streams_no_errors_no_leak)
     pthread_barrier_destroy(&first_done);
     for (int i = 0; i < N_CLIENTS; i++)
         if (clients[i].ok != N_REQUESTS)
-            FAIL("client %d: %d of %d requests well-formed; %s", i, clients[i].ok, N_REQUESTS, clients[i].error);
+            FAIL("client %d: %d of %d requests well-formed; %s; server log: %s", i, clients[i].ok, N_REQUESTS,
+                 clients[i].error, ts_log(&s));
     printf("  %d x %d streams in %.2f s; RSS %ld KiB after the warm-up, %ld KiB after the run\n", N_CLIENTS,
            N_REQUESTS, elapsed, rss_first, rss_after);
     CHECK(rss_first > 0 && rss_after > 0);
