@@ -88,17 +88,30 @@ static int claim(matmul_job *job, int64_t *r0, int64_t *r1)
     return 1;
 }
 
-/* y[r0 .. r1) for one token: groups of SIMD_ROWS rows share the activation
- * loads where the type has such a kernel; the rest go one by one.  Both give
- * the same bits per row (simd.h). */
-static void dot_rows(const matmul_job *job, int64_t r0, int64_t r1, const uint8_t *x, float *y)
+/* The kernels of one weight type. */
+typedef struct row_kernels {
+    quant_vec_dot_fn vec_dot;
+    quant_vec_dot_rows_fn vec_dot_rows; /* SIMD_ROWS rows at once, or NULL */
+} row_kernels;
+
+/* y[r0 .. r1) of W (rows of n values, row_stride apart) for one token:
+ * groups of SIMD_ROWS rows share the activation loads where the type has
+ * such a kernel; the rest go one by one.  Both give the same bits per row
+ * (simd.h). */
+static void dot_range(row_kernels k, int64_t n, const uint8_t *w, size_t row_stride, int64_t r0, int64_t r1,
+                      const uint8_t *x, float *y)
 {
     int64_t r = r0;
-    if (job->vec_dot_rows != NULL)
+    if (k.vec_dot_rows != NULL)
         for (; r + SIMD_ROWS <= r1; r += SIMD_ROWS)
-            job->vec_dot_rows(job->n, &y[r], job->w + (size_t)r * job->row_stride, job->row_stride, x);
+            k.vec_dot_rows(n, &y[r], w + (size_t)r * row_stride, row_stride, x);
     for (; r < r1; r++)
-        job->vec_dot(job->n, &y[r], job->w + (size_t)r * job->row_stride, x);
+        k.vec_dot(n, &y[r], w + (size_t)r * row_stride, x);
+}
+
+static void dot_rows(const matmul_job *job, int64_t r0, int64_t r1, const uint8_t *x, float *y)
+{
+    dot_range((row_kernels){job->vec_dot, job->vec_dot_rows}, job->n, job->w, job->row_stride, r0, r1, x, y);
 }
 
 static void matvec_task(void *ctx, int thread_idx, int n_threads)
@@ -179,4 +192,57 @@ void matmul(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride,
     };
     atomic_init(&job.next_chunk, 0);
     pool_run(pool, matmul_task, &job);
+}
+
+/* --- several independent matrix-vector products in one region */
+
+enum { BATCH_MAX_ITEMS = 64 };
+
+typedef struct batch_plan {
+    row_kernels k;
+    int64_t chunk_rows;
+    int64_t first_chunk; /* chunks of the items before this one */
+} batch_plan;
+
+typedef struct batch_job {
+    const matvec_item *items;
+    batch_plan plan[BATCH_MAX_ITEMS + 1]; /* plan[n].first_chunk: the total */
+    int n_items;
+    _Atomic int64_t next_chunk;
+} batch_job;
+
+static void batch_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)thread_idx;
+    (void)n_threads;
+    batch_job *job = ctx;
+    const int64_t total = job->plan[job->n_items].first_chunk;
+    int i = 0; /* a thread's chunks only increase, so its item only moves on */
+    for (int64_t c; (c = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed)) < total;) {
+        while (c >= job->plan[i + 1].first_chunk)
+            i++;
+        const matvec_item *it = &job->items[i];
+        const batch_plan *p = &job->plan[i];
+        int64_t r0 = (c - p->first_chunk) * p->chunk_rows;
+        dot_range(p->k, it->n, it->w, it->row_stride, r0, min64(r0 + p->chunk_rows, it->n_rows), it->x_q, it->y);
+    }
+}
+
+void matvec_batch(thread_pool *pool, const matvec_item *items, int n_items)
+{
+    for (int done = 0; done < n_items; done += BATCH_MAX_ITEMS) {
+        batch_job job = {.items = items + done, .n_items = (int)min64(n_items - done, BATCH_MAX_ITEMS)};
+        int64_t chunks = 0;
+        for (int i = 0; i < job.n_items; i++) {
+            const matvec_item *it = &job.items[i];
+            batch_plan *p = &job.plan[i];
+            p->k = (row_kernels){quant_traits_of(it->wtype)->vec_dot, quant_cpu_vec_dot_rows(it->wtype)};
+            p->chunk_rows = chunk_rows_for(it->n_rows, it->n_rows, pool_size(pool));
+            p->first_chunk = chunks;
+            chunks += p->chunk_rows > 0 ? (it->n_rows + p->chunk_rows - 1) / p->chunk_rows : 0;
+        }
+        job.plan[job.n_items].first_chunk = chunks;
+        atomic_init(&job.next_chunk, 0);
+        pool_run(pool, batch_task, &job);
+    }
 }
