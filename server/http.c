@@ -26,6 +26,11 @@ enum { READ_BUF = 64 * 1024, MAX_CONNS = 1024, MAX_QUEUED = 64, MAX_WRITE_QUEUE 
  * client reads it (a 413 while the client is still sending its body). */
 enum { LINGER_MS = 2000 };
 
+/* SO_SNDBUF of a connection (Linux doubles it): token streams need little,
+ * and a small fixed buffer, instead of one autotuned to megabytes, means a
+ * reader that stops reading is noticed after ~128 KiB, within seconds. */
+enum { SEND_BUFFER = 64 * 1024 };
+
 /* Headers the server reads; the rest are counted and skipped. */
 typedef enum header_kind { HDR_OTHER, HDR_AUTHORIZATION, HDR_EXPECT } header_kind;
 
@@ -711,6 +716,8 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    int sndbuf = SEND_BUFFER;
+    uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     c->idle_since = serve_now_ms();

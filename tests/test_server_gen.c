@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -470,5 +472,33 @@ TEST(server_disconnects_cancel_and_free_the_slot)
     SCHECK(s, cancelled_reaches(s.port, 4));
     SCHECK(s, served_quickly(s.port, 2000));
     free(prompt);
+    CHECK_EQ_INT(ts_stop(&s), 0);
+}
+
+TEST(server_drops_a_reader_that_stalls)
+{
+    test_server s;
+    ts_conn a;
+    START(s, NULL, "-np 1 -c 65536 --metrics --timeout 1");
+    /* a stream whose client never reads: once the socket buffers are full
+     * nothing is taken for --timeout, and the server drops it */
+    const int small = 4096;
+    a.len = 0;
+    a.fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(a.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    SCHECK(s, connect(a.fd, (struct sockaddr *)&addr, sizeof addr) == 0);
+    SCHECK(s, ts_send_request(&a, "POST", "/v1/completions", NULL,
+                              "{\"prompt\":\"river\",\"max_tokens\":60000,\"ignore_eos\":true,\"stream\":true}"));
+    bool dropped = false;
+    for (int i = 0; i < 600 && !dropped; i++) { /* up to 60 s: a sanitized server fills the buffers slowly */
+        dropped = metric(s.port, "hydra:requests_finished_total{reason=\"cancelled\"} ") == 1;
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    ts_close(&a);
+    SCHECK(s, dropped);
+    SCHECK(s, served_quickly(s.port, 2000));
     CHECK_EQ_INT(ts_stop(&s), 0);
 }

@@ -366,7 +366,7 @@ bool ts_request(int port, const char *method, const char *path, const char *extr
 
 const char *ts_header(const ts_resp *r, const char *name)
 {
-    static char value[512];
+    static _Thread_local char value[512]; /* the load test reads headers from 16 threads */
     const size_t n = strlen(name);
     for (const char *line = r->head ? strstr(r->head, "\r\n") : NULL; line != NULL; line = strstr(line, "\r\n")) {
         line += 2;

@@ -68,7 +68,7 @@ bool ts_sees_eof(ts_conn *c, int timeout_ms);
 bool ts_request(int port, const char *method, const char *path, const char *extra_headers, const char *body,
                 ts_resp *r);
 
-/* A header's value in r->head (static buffer), NULL when absent. */
+/* A header's value in r->head (a buffer per thread), NULL when absent. */
 const char *ts_header(const ts_resp *r, const char *name);
 
 /* The body as JSON (NULL when it is not). */
