@@ -8,8 +8,8 @@
  *   - a device-to-device copy probe in the same process (bytes read plus
  *     written per second), and tg's weight bytes per token x t/s against it;
  *   - where the memory went (weights, KV cache, scratch);
- *   - the decode step split into kernels, timed with events between
- *     launches (graphs off for that part, so launch gaps are included).
+ *   - a prefill and the decode step split into kernels, timed with events
+ *     between launches (graphs off for that part, so launch gaps count).
  *
  *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
  */
@@ -124,38 +124,49 @@ static bool run_test(hydra_session *s, const int32_t *tokens, int n, bool gen, c
     return true;
 }
 
-/* The decode step split into kernels: a profiling session (graphs off),
- * a short prompt, then o->split decoded tokens. */
-static int decode_split(const hydra_model *m, const cuda_opts *o)
+/* Prefill and decode split into kernels: a profiling session (graphs off,
+ * events between launches, so launch gaps count), one prefill of the
+ * prompt, then o->split decoded tokens. */
+static int kernel_split(const hydra_model *m, const cuda_opts *o)
 {
     model_weights w;
     if (weights_bind(&w, m) != HYDRA_OK)
         return 1;
+    const int prompt = o->prompt > 0 ? o->prompt : 64;
     gpu_session *g = NULL;
-    const gpu_options go = {.n_ctx = 256 + o->split, .n_batch = 64, .kv_type = QT_F16, .profile = true};
-    int32_t tokens[64];
-    random_tokens(tokens, 64, w.hp.n_vocab);
+    const gpu_options go = {.n_ctx = prompt + o->split + 1, .n_batch = prompt, .kv_type = QT_F16, .profile = true};
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)prompt);
     float *logits = malloc(sizeof(float) * w.hp.n_vocab);
-    hydra_status st = logits ? gpu_session_create(&g, &w, &go) : HYDRA_ERR_NOMEM;
-    if (st == HYDRA_OK)
-        st = gpu_forward(g, 0, tokens, 64, false, logits);
-    if (st == HYDRA_OK)
+    hydra_status st = logits && tokens ? gpu_session_create(&g, &w, &go) : HYDRA_ERR_NOMEM;
+    static char buf[8192];
+    if (st == HYDRA_OK) {
+        random_tokens(tokens, prompt, w.hp.n_vocab);
+        st = gpu_forward(g, 0, tokens, prompt, false, logits); /* loads the kernels */
+    }
+    if (st == HYDRA_OK) {
         gpu_profile_reset(g);
+        const double t0 = now_s();
+        st = gpu_forward(g, 0, tokens, prompt, false, logits);
+        gpu_profile_describe(g, buf, sizeof buf);
+        printf("\nprefill of %d tokens split into kernels (events between launches, graphs off; wall %.2f ms):\n\n%s",
+               prompt, 1e3 * (now_s() - t0), buf);
+        gpu_profile_reset(g);
+    }
     const double t0 = now_s();
     for (int i = 0; i < o->split && st == HYDRA_OK; i++)
-        st = gpu_forward(g, 64 + i, &tokens[i % 64], 1, false, logits);
+        st = gpu_forward(g, prompt + i, &tokens[i % prompt], 1, false, logits);
     const double dt = now_s() - t0;
     if (st == HYDRA_OK) {
-        static char buf[8192];
         gpu_profile_describe(g, buf, sizeof buf);
-        printf("\ndecode step split into kernels (%d tokens after a 64-token prompt, events between launches, graphs "
+        printf("\ndecode step split into kernels (%d tokens after the prompt, events between launches, graphs "
                "off; wall %.1f us per token):\n\n%s", o->split, 1e6 * dt / o->split, buf);
     } else {
-        fprintf(stderr, "hydra-bench: decode split: %s\n", hydra_last_error());
+        fprintf(stderr, "hydra-bench: kernel split: %s\n", hydra_last_error());
     }
     gpu_session_free(g);
     weights_free(&w);
     free(logits);
+    free(tokens);
     return st == HYDRA_OK ? 0 : 1;
 }
 
@@ -242,7 +253,7 @@ int bench_cuda(int argc, char **argv)
         rc = 1;
     hydra_session_free(s);
     if (rc == 0 && o.split > 0)
-        rc = decode_split(m, &o);
+        rc = kernel_split(m, &o);
     weights_free(&w);
     free(tokens);
     hydra_model_close(m);

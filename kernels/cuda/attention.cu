@@ -15,20 +15,42 @@
  */
 #include "common.cuh"
 
-enum { AT_THREADS = 128, AT_WARPS = AT_THREADS / GPU_WARP, AT_MAX_DIM = 256 };
-
-static inline __device__ float kv_value(const void *base, bool f16, int64_t i)
-{
-    return f16 ? gpu_half_bits_to_float(((const unsigned short *)base)[i]) : ((const float *)base)[i];
-}
+enum { AT_THREADS = GK_ATTN_CHUNK, AT_WARPS = AT_THREADS / GPU_WARP };
 
 static inline __host__ __device__ int at_chunks(int max_kv)
 {
     return (max_kv + GK_ATTN_CHUNK - 1) / GK_ATTN_CHUNK;
 }
 
-/* Scratch: per (token, head, chunk) two floats (max, sum), then dv floats. */
-__global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk_step *step)
+/* Eight consecutive cache values (16-byte aligned: head sizes are
+ * multiples of 8). */
+template <bool F16> static inline __device__ void kv_load8(const void *base, int64_t i, float *v)
+{
+    if constexpr (F16) {
+        const int4 raw = *(const int4 *)((const half *)base + i);
+        const half2 *h = (const half2 *)&raw;
+        for (int k = 0; k < 4; k++) {
+            const float2 f = __half22float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+        }
+    } else {
+        const float4 a = *(const float4 *)((const float *)base + i), b = *(const float4 *)((const float *)base + i + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+}
+
+template <bool F16> static inline __device__ float kv_value(const void *base, int64_t i)
+{
+    if constexpr (F16)
+        return __half2float(((const half *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+/* Scratch: per (token, head, chunk) two floats (max, sum), then dv floats.
+ * Shared memory: the group's queries, their scores over the chunk, and the
+ * per-split partial sums of the V pass. */
+template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk_step *step)
 {
     extern __shared__ float smem[];
     const int ch = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -40,34 +62,40 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk
     const int group = a.n_head / a.n_head_kv, dk = a.head_dim_k, dv = a.head_dim_v;
     const int n_chunks = at_chunks(a.max_kv);
     float *qs = smem;                  /* group x dk */
-    float *ps = smem + group * dk;     /* group x GK_ATTN_CHUNK */
+    float *ps = qs + group * dk;       /* group x GK_ATTN_CHUNK */
+    float *red = ps + group * GK_ATTN_CHUNK; /* splits x group x min(dv, AT_THREADS) */
     const int tid = threadIdx.x, warp = tid / GPU_WARP, lane = tid % GPU_WARP;
     const float *q = a.q + ((int64_t)t * a.n_head + (int64_t)g * group) * dk;
     for (int i = tid; i < group * dk; i += AT_THREADS)
         qs[i] = q[i];
     __syncthreads();
 
-    /* scores: one warp per position, lanes across the head dimension */
-    for (int j = warp; j < len; j += AT_WARPS) {
-        const int64_t krow = (int64_t)(start + j) * a.k_row + (int64_t)g * dk;
-        float kr[AT_MAX_DIM / GPU_WARP];
+    /* scores: one thread per position, every query head of the group */
+    if (tid < len) {
+        const int64_t krow = (int64_t)(start + tid) * a.k_row + (int64_t)g * dk;
+        float acc[GK_ATTN_MAX_GROUP];
 #pragma unroll
-        for (int u = 0; u < AT_MAX_DIM / GPU_WARP; u++) {
-            const int i = lane + GPU_WARP * u;
-            kr[u] = i < dk ? kv_value(a.k, a.kv_f16, krow + i) : 0.0f;
-        }
-        for (int h = 0; h < group; h++) {
-            float sum = 0.0f;
+        for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
+            acc[h] = 0.0f;
+        for (int i = 0; i < dk; i += 8) {
+            float kv[8];
+            kv_load8<F16>(a.k, krow + i, kv);
 #pragma unroll
-            for (int u = 0; u < AT_MAX_DIM / GPU_WARP; u++) {
-                const int i = lane + GPU_WARP * u;
-                if (i < dk)
-                    sum += qs[h * dk + i] * kr[u];
+            for (int h = 0; h < GK_ATTN_MAX_GROUP; h++) {
+                if (h >= group)
+                    break;
+                const float *qh = qs + h * dk + i;
+                float s = acc[h];
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    s = fmaf(qh[k], kv[k], s);
+                acc[h] = s;
             }
-            sum = warp_sum(sum);
-            if (lane == 0)
-                ps[h * GK_ATTN_CHUNK + j] = a.scale * sum;
         }
+#pragma unroll
+        for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
+            if (h < group)
+                ps[h * GK_ATTN_CHUNK + tid] = a.scale * acc[h];
     }
     __syncthreads();
 
@@ -94,16 +122,41 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk
     }
     __syncthreads();
 
-    /* weighted V rows: thread per (head, dimension) */
+    /* weighted V rows: a thread per column (coalesced rows), the positions
+     * split among the threads left over when dv < AT_THREADS */
+    const int cols = dv < AT_THREADS ? dv : AT_THREADS, splits = AT_THREADS / cols;
+    const int split = tid / cols, c0 = tid % cols;
     const int64_t n_ml = 2 * (int64_t)a.n_tok * a.n_head * n_chunks;
+    for (int d = c0; d < dv && split < splits; d += cols) {
+        float acc[GK_ATTN_MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
+            acc[h] = 0.0f;
+        const int64_t col = (int64_t)g * dv + d;
+#pragma unroll 4
+        for (int j = split; j < len; j += splits) {
+            const float v = kv_value<F16>(a.v, (int64_t)(start + j) * a.v_row + col);
+#pragma unroll
+            for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
+                if (h < group)
+                    acc[h] = fmaf(ps[h * GK_ATTN_CHUNK + j], v, acc[h]);
+        }
+        for (int h = 0; h < group; h++) {
+            if (splits == 1)
+                a.scratch[n_ml + (base + (int64_t)h * n_chunks) * dv + d] = acc[h];
+            else
+                red[(split * group + h) * cols + c0] = acc[h];
+        }
+    }
+    if (splits == 1)
+        return;
+    __syncthreads();
     for (int idx = tid; idx < group * dv; idx += AT_THREADS) {
         const int h = idx / dv, d = idx % dv;
-        const float *p = ps + h * GK_ATTN_CHUNK;
-        const int64_t col = (int64_t)g * dv + d;
-        float acc = 0.0f;
-        for (int j = 0; j < len; j++)
-            acc += p[j] * kv_value(a.v, a.kv_f16, (int64_t)(start + j) * a.v_row + col);
-        a.scratch[n_ml + (base + (int64_t)h * n_chunks) * dv + d] = acc;
+        float sum = 0.0f;
+        for (int s2 = 0; s2 < splits; s2++)
+            sum += red[(s2 * group + h) * cols + d];
+        a.scratch[n_ml + (base + (int64_t)h * n_chunks) * dv + d] = sum;
     }
 }
 
@@ -137,18 +190,24 @@ extern "C" size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, in
     return (size_t)n_tok * n_head * at_chunks(max_kv) * (2 + (size_t)head_dim_v);
 }
 
+extern "C" size_t gk_attention_smem(int group, int head_dim_k)
+{
+    return sizeof(float) * (size_t)group * (head_dim_k + 2 * GK_ATTN_CHUNK);
+}
+
 extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step)
 {
     if (a->n_tok == 0)
         return 0;
-    if (a->head_dim_k > AT_MAX_DIM || a->head_dim_v > AT_MAX_DIM || a->n_head % a->n_head_kv != 0)
-        return (int)gpuErrorInvalidValue;
     const int group = a->n_head / a->n_head_kv;
-    const size_t smem = sizeof(float) * (size_t)group * (a->head_dim_k + GK_ATTN_CHUNK);
-    if (smem > 48 * 1024)
+    const size_t smem = gk_attention_smem(group, a->head_dim_k);
+    if (a->head_dim_k % 8 != 0 || a->n_head % a->n_head_kv != 0 || group > GK_ATTN_MAX_GROUP || smem > 48 * 1024)
         return (int)gpuErrorInvalidValue;
     const dim3 grid((unsigned)at_chunks(a->max_kv), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
-    k_attn_partial<<<grid, AT_THREADS, smem, s>>>(*a, step);
+    if (a->kv_f16)
+        k_attn_partial<true><<<grid, AT_THREADS, smem, s>>>(*a, step);
+    else
+        k_attn_partial<false><<<grid, AT_THREADS, smem, s>>>(*a, step);
     int st = launch_status();
     if (st != 0)
         return st;

@@ -91,9 +91,12 @@ int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, i
 /* --- matvec.cu.  Decode: at most GK_MATVEC_MAX_TOK tokens for dense rows.
  * glu (dense or routed): y = silu(W . x) * (W2 . x) with W2 a second matrix
  * of the same type and shape (up), for gate/up FFN pairs. */
-enum { GK_MATVEC_MAX_TOK = 8 };
+enum { GK_MATVEC_MAX_TOK = 8, GK_MATVEC_MAX_MATS = 3 };
 int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act *x, const gk_rows *rows,
               const gk_out *out);
+/* Dense, n_mats (<= GK_MATVEC_MAX_MATS) matrices of one type and row
+ * length over the same n_tok activation rows, in one launch (Q, K, V). */
+int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x, int n_tok);
 
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
@@ -117,7 +120,7 @@ int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_
  * cache rows of n_head_kv heads; token t sees positions [0, pos0 + t].
  * Partial results per chunk of GK_ATTN_CHUNK positions go to scratch
  * (gk_attention_scratch floats). */
-enum { GK_ATTN_CHUNK = 128 };
+enum { GK_ATTN_CHUNK = 128, GK_ATTN_MAX_GROUP = 16 };
 typedef struct gk_attn {
     const float *q;
     const void *k, *v;        /* this layer's cache: n_ctx rows */
@@ -133,6 +136,9 @@ typedef struct gk_attn {
 } gk_attn;
 
 size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, int max_kv);
+/* Shared memory of one block; head_dim_k % 8 == 0, at most
+ * GK_ATTN_MAX_GROUP query heads per KV head, and 48 KiB. */
+size_t gk_attention_smem(int group, int head_dim_k);
 int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step);
 
 /* --- moe.cu */
@@ -159,8 +165,10 @@ int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of
 
 /* --- ops.cu */
 int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x);
-/* y = x / rms(x) * gain, rows of n. */
-int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y);
+/* y = x / rms(x) * gain, rows of n; with q (n % 32 == 0), also y's 8-bit
+ * form as gk_quantize_rows writes it. */
+int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y, int8_t *q,
+               int32_t *meta);
 
 typedef struct gk_rope {
     float *q, *k;                  /* n_tok rows of n_head (n_head_kv) heads */

@@ -79,6 +79,19 @@ static inline __device__ void mm_act16(const gk_act &x, const int64_t *act_row, 
     }
 }
 
+/* Eight floats to eight halves in one 16-byte store (dst 16-byte aligned:
+ * rows of MM_LDH halves are 80 bytes). */
+static inline __device__ void store_half8(half *dst, const float *v)
+{
+    union {
+        int4 raw;
+        half2 h[4];
+    } u;
+    for (int k = 0; k < 4; k++)
+        u.h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+    *(int4 *)dst = u.raw;
+}
+
 static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row, float v)
 {
     if (out.bias != NULL)
@@ -113,13 +126,13 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int
             else
                 for (int i = 0; i < 32; i++)
                     v[i] = 0.0f;
-            for (int i = 0; i < 32; i++)
-                as[tid * MM_LDH + i] = __float2half(v[i]);
+            for (int k = 0; k < 4; k++)
+                store_half8(as + tid * MM_LDH + 8 * k, v + 8 * k);
         } else {
             const int n = (tid - MM_BM) / 2, part = (tid - MM_BM) % 2;
             mm_act16(x, act_row, n, part, k0, v);
-            for (int i = 0; i < 16; i++)
-                bs[n * MM_LDH + 16 * part + i] = __float2half(v[i]);
+            store_half8(bs + n * MM_LDH + 16 * part, v);
+            store_half8(bs + n * MM_LDH + 16 * part + 8, v + 8);
         }
         __syncthreads();
         for (int kk = 0; kk < MM_BK; kk += 16) {

@@ -15,6 +15,17 @@
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
+/* One launch: dense launches may carry up to GK_MATVEC_MAX_MATS matrices
+ * of one type reading the same activations (Q, K and V), grid row y
+ * selecting the matrix; routed launches carry one (plus up for GLU). */
+struct mv_job {
+    gk_mat w[GK_MATVEC_MAX_MATS];
+    gk_out out[GK_MATVEC_MAX_MATS];
+    gk_mat up;
+    gk_act x;
+    gk_rows rows;
+};
+
 struct mv_place {
     const uint8_t *w, *w2; /* this block's matrices */
     int64_t act0, out0;    /* first activation / output row */
@@ -42,11 +53,12 @@ static inline __device__ mv_place mv_where(const gk_mat &w, const gk_mat &w2, co
 }
 
 /* Lane 0 of the warp holds the full sums after the reductions. */
+template <int NT>
 static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int64_t r, const float *acc,
                                        const float *acc2, bool glu)
 {
 #pragma unroll
-    for (int t = 0; t < MV_MAX_TOK; t++) {
+    for (int t = 0; t < NT; t++) {
         if (t >= p.n_tok)
             break;
         float v = warp_sum(acc[t]);
@@ -61,9 +73,16 @@ static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int
     }
 }
 
-template <int T, bool GLU>
-__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(gk_mat w, gk_mat w2, gk_act x, gk_rows rows, gk_out out)
+/* NT: the most tokens of a launch (1 for decode and routes, so that the
+ * accumulators of unused tokens take no registers). */
+template <int T, bool GLU, int NT>
+__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
 {
+    const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
+    const gk_mat &w = job.w[mat], &w2 = job.up;
+    const gk_out &out = job.out[mat];
+    const gk_act &x = job.x;
+    const gk_rows &rows = job.rows;
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP;
     if (r >= w.n_rows)
         return;
@@ -72,84 +91,172 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(gk_mat w, gk_ma
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
     const int n_chunks = (int)(w.n_cols / 32);
-    float acc[MV_MAX_TOK], acc2[MV_MAX_TOK];
+    float acc[NT], acc2[NT];
 #pragma unroll
-    for (int t = 0; t < MV_MAX_TOK; t++)
+    for (int t = 0; t < NT; t++)
         acc[t] = acc2[t] = 0.0f;
-    for (int c = lane; c < n_chunks; c += GPU_WARP) {
-        gq_chunk ch, ch2;
-        gq_decode<T>(row, c, &ch);
-        if (GLU)
-            gq_decode<T>(row2, c, &ch2);
+    /* Two chunks per lane per step, both decoded before either is used,
+     * so their loads are in flight together; a lane without a second chunk
+     * decodes its first again and adds nothing for it. */
+    for (int c = lane; c < n_chunks; c += 2 * GPU_WARP) {
+        const bool two = c + GPU_WARP < n_chunks;
+        const int c2 = two ? c + GPU_WARP : c;
+        gq_chunk ch[2], chg[2];
+        gq_decode<T>(row, c, &ch[0]);
+        gq_decode<T>(row, c2, &ch[1]);
+        if (GLU) {
+            gq_decode<T>(row2, c, &chg[0]);
+            gq_decode<T>(row2, c2, &chg[1]);
+        }
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOK; t++) {
+        for (int t = 0; t < NT; t++) {
             if (t >= p.n_tok)
                 break;
             const int64_t ar = p.act0 + t;
-            const int4 *aq = (const int4 *)(x.q + ar * x.n + 32 * c);
-            const int4 a0 = aq[0], a1 = aq[1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = ((const int4 *)x.meta)[ar * (x.n / 32) + c];
-            const float d = __int_as_float(m.x);
-            acc[t] += d * gq_chunk_dot<T>(&ch, a, m.y, m.z);
-            if (GLU)
-                acc2[t] += d * gq_chunk_dot<T>(&ch2, a, m.y, m.z);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int cu = u == 0 ? c : c2;
+                const int4 *aq = (const int4 *)(x.q + ar * x.n + 32 * cu);
+                const int4 a0 = aq[0], a1 = aq[1];
+                const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const int4 m = ((const int4 *)x.meta)[ar * (x.n / 32) + cu];
+                const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
+                acc[t] += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
+                if (GLU)
+                    acc2[t] += d * gq_chunk_dot<T>(&chg[u], a, m.y, m.z);
+            }
         }
     }
-    mv_store(out, p, r, acc, acc2, GLU);
+    mv_store<NT>(out, p, r, acc, acc2, GLU);
+}
+
+/* Float weights: one block per row (the router and small float matrices
+ * have few rows, so a warp per row would leave most of the GPU idle). */
+enum { MVF_THREADS = 128 };
+
+/* Eight consecutive values of a float-format row (i % 8 == 0). */
+template <int T> static inline __device__ void float8(const uint8_t *row, int64_t i, float *w)
+{
+    if constexpr (T == GQ_F32) {
+        const float4 a = *(const float4 *)(row + 4 * i), b = *(const float4 *)(row + 4 * i + 16);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    } else {
+        const int4 raw = *(const int4 *)(row + 2 * i);
+        const uint32_t u[4] = {(uint32_t)raw.x, (uint32_t)raw.y, (uint32_t)raw.z, (uint32_t)raw.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint16_t lo = (uint16_t)(u[k] & 0xFFFF), hi = (uint16_t)(u[k] >> 16);
+            w[2 * k] = T == GQ_F16 ? gpu_half_bits_to_float(lo) : bf16_bits_to_float(lo);
+            w[2 * k + 1] = T == GQ_F16 ? gpu_half_bits_to_float(hi) : bf16_bits_to_float(hi);
+        }
+    }
+}
+
+template <int T> static inline __device__ float float_at(const uint8_t *row, int64_t i)
+{
+    if constexpr (T == GQ_F32)
+        return ((const float *)row)[i];
+    const uint16_t h = ((const uint16_t *)row)[i];
+    return T == GQ_F16 ? gpu_half_bits_to_float(h) : bf16_bits_to_float(h);
 }
 
 template <int T, bool GLU>
-__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_f(gk_mat w, gk_mat w2, gk_act x, gk_rows rows, gk_out out)
+__global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 {
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP;
+    const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
+    const gk_mat &w = job.w[mat], &w2 = job.up;
+    const gk_out &out = job.out[mat];
+    const gk_act &x = job.x;
+    const gk_rows &rows = job.rows;
+    __shared__ float red[2][MVF_THREADS / GPU_WARP][MV_MAX_TOK];
+    const int64_t r = blockIdx.x;
     if (r >= w.n_rows)
         return;
-    const int lane = threadIdx.x % GPU_WARP;
     const mv_place p = mv_where(w, w2, rows, GLU);
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
+    const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
     float acc[MV_MAX_TOK], acc2[MV_MAX_TOK];
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOK; t++)
         acc[t] = acc2[t] = 0.0f;
-    for (int64_t i = 2 * lane; i < w.n_cols; i += 2 * GPU_WARP) {
-        const float2 wv = float_pair<T>(row, i);
-        float2 wv2 = make_float2(0.0f, 0.0f);
+    for (int64_t i = 8 * threadIdx.x; i < n8; i += 8 * MVF_THREADS) {
+        float wv[8], wv2[8];
+        float8<T>(row, i, wv);
         if (GLU)
-            wv2 = float_pair<T>(row2, i);
+            float8<T>(row2, i, wv2);
 #pragma unroll
         for (int t = 0; t < MV_MAX_TOK; t++) {
             if (t >= p.n_tok)
                 break;
-            const float2 xv = *(const float2 *)(x.f + (p.act0 + t) * x.n + i);
-            acc[t] += wv.x * xv.x + wv.y * xv.y;
-            if (GLU)
-                acc2[t] += wv2.x * xv.x + wv2.y * xv.y;
+            const float4 *xp = (const float4 *)(x.f + (p.act0 + t) * x.n + i);
+            const float4 x0 = xp[0], x1 = xp[1];
+            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                acc[t] = fmaf(wv[k], xv[k], acc[t]);
+                if (GLU)
+                    acc2[t] = fmaf(wv2[k], xv[k], acc2[t]);
+            }
         }
     }
-    mv_store(out, p, r, acc, acc2, GLU);
+    for (int64_t i = n8 + threadIdx.x; i < n; i += MVF_THREADS) {
+        const float wv = float_at<T>(row, i), wv2 = GLU ? float_at<T>(row2, i) : 0.0f;
+        for (int t = 0; t < p.n_tok; t++) {
+            const float xv = x.f[(p.act0 + t) * x.n + i];
+            acc[t] = fmaf(wv, xv, acc[t]);
+            acc2[t] = fmaf(wv2, xv, acc2[t]);
+        }
+    }
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+#pragma unroll
+    for (int t = 0; t < MV_MAX_TOK; t++) {
+        if (t >= p.n_tok)
+            break;
+        const float s = warp_sum(acc[t]), s2 = GLU ? warp_sum(acc2[t]) : 0.0f;
+        if (lane == 0) {
+            red[0][warp][t] = s;
+            red[1][warp][t] = s2;
+        }
+    }
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t >= p.n_tok)
+        return;
+    float v = 0.0f, v2 = 0.0f;
+    for (int k = 0; k < MVF_THREADS / GPU_WARP; k++) {
+        v += red[0][k][t];
+        v2 += red[1][k][t];
+    }
+    if (GLU)
+        v = silu(v) * v2;
+    if (out.bias != NULL)
+        v += out.bias[r];
+    float *dst = out.y + (p.out0 + t) * out.y_stride + r;
+    *dst = out.accumulate ? *dst + v : v;
 }
 
-template <int T>
-static int launch_q(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, const gk_rows *rows,
-                    const gk_out *out)
+template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
-    if (w2 != NULL)
-        k_matvec_q<T, true><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*w, *w2, *x, *rows, *out);
+    if (glu)
+        k_matvec_q<T, true, NT><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*job);
     else
-        k_matvec_q<T, false><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*w, *w, *x, *rows, *out);
+        k_matvec_q<T, false, NT><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*job);
     return launch_status();
 }
 
-template <int T>
-static int launch_f(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, const gk_rows *rows,
-                    const gk_out *out)
+template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
-    if (w2 != NULL)
-        k_matvec_f<T, true><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*w, *w2, *x, *rows, *out);
+    const bool one = job->rows.routes != NULL || job->rows.n_tok == 1;
+    return one ? launch_q_nt<T, 1>(s, grid, job, glu) : launch_q_nt<T, MV_MAX_TOK>(s, grid, job, glu);
+}
+
+template <int T> static int launch_f(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
+{
+    if (glu)
+        k_matvec_f<T, true><<<grid, MVF_THREADS, 0, s>>>(*job);
     else
-        k_matvec_f<T, false><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*w, *w, *x, *rows, *out);
+        k_matvec_f<T, false><<<grid, MVF_THREADS, 0, s>>>(*job);
     return launch_status();
 }
 
@@ -158,27 +265,60 @@ extern "C" bool gk_type_supported(uint32_t type)
     return gk_is_float_type(type) || gk_is_quant_type(type);
 }
 
-extern "C" int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act *x, const gk_rows *rows,
-                         const gk_out *out)
+static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu)
 {
-    const unsigned n_y = rows->routes != NULL ? (unsigned)rows->n_routes : 1u;
-    if (w->n_rows == 0 || n_y == 0 || (rows->routes == NULL && rows->n_tok == 0))
+    const gk_rows *rows = &job->rows;
+    const unsigned n_y = rows->routes != NULL ? (unsigned)rows->n_routes : (unsigned)n_mats;
+    int64_t max_rows = 0;
+    for (int m = 0; m < n_mats; m++)
+        max_rows = job->w[m].n_rows > max_rows ? job->w[m].n_rows : max_rows;
+    if (max_rows == 0 || n_y == 0 || (rows->routes == NULL && rows->n_tok == 0))
         return 0;
     if (rows->routes == NULL && rows->n_tok > MV_MAX_TOK)
         return (int)gpuErrorInvalidValue;
-    const dim3 grid((unsigned)((w->n_rows + MV_WARPS - 1) / MV_WARPS), n_y);
-    switch (w->type) {
+    const dim3 grid((unsigned)((max_rows + MV_WARPS - 1) / MV_WARPS), n_y), grid_f((unsigned)max_rows, n_y);
+    switch (job->w[0].type) {
 #define MV_QCASE_(T)                                                                                             \
     case T:                                                                                                      \
-        return launch_q<T>(s, grid, w, w2_glu, x, rows, out);
+        return launch_q<T>(s, grid, job, glu);
         GQ_FOR_EACH_QUANT(MV_QCASE_)
 #undef MV_QCASE_
 #define MV_FCASE_(T)                                                                                             \
     case T:                                                                                                      \
-        return launch_f<T>(s, grid, w, w2_glu, x, rows, out);
+        return launch_f<T>(s, grid_f, job, glu);
         GK_FOR_EACH_FLOAT(MV_FCASE_)
 #undef MV_FCASE_
     default:
         return (int)gpuErrorInvalidValue;
     }
+}
+
+extern "C" int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act *x, const gk_rows *rows,
+                         const gk_out *out)
+{
+    mv_job job = {};
+    job.w[0] = *w;
+    job.out[0] = *out;
+    job.up = w2_glu != NULL ? *w2_glu : *w;
+    job.x = *x;
+    job.rows = *rows;
+    return mv_launch(s, &job, 1, w2_glu != NULL);
+}
+
+extern "C" int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
+                               int n_tok)
+{
+    if (n_mats < 1 || n_mats > GK_MATVEC_MAX_MATS)
+        return (int)gpuErrorInvalidValue;
+    mv_job job = {};
+    for (int m = 0; m < n_mats; m++) {
+        if (w[m]->type != w[0]->type || w[m]->n_cols != w[0]->n_cols)
+            return (int)gpuErrorInvalidValue;
+        job.w[m] = *w[m];
+        job.out[m] = out[m];
+    }
+    job.up = *w[0];
+    job.x = *x;
+    job.rows.n_tok = n_tok;
+    return mv_launch(s, &job, n_mats, false);
 }

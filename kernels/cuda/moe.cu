@@ -10,7 +10,7 @@
  */
 #include "common.cuh"
 
-enum { TK_THREADS = 256, TK_WARPS = TK_THREADS / GPU_WARP, GR_THREADS = 1024, GR_MAX_EXPERTS = 4096 };
+enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_THREADS = 256, CB_MAX_USED = 256 };
 
 struct best {
     float v;
@@ -35,92 +35,61 @@ static inline __device__ best warp_best(best x)
     return x;
 }
 
-/* Block-wide reductions through a small shared array; every thread gets
- * the result. */
-static inline __device__ float block_max(float v, float *red)
-{
-    v = warp_max(v);
-    if (threadIdx.x % GPU_WARP == 0)
-        red[threadIdx.x / GPU_WARP] = v;
-    __syncthreads();
-    float r = red[0];
-    for (int w = 1; w < TK_WARPS; w++)
-        r = fmaxf(r, red[w]);
-    __syncthreads();
-    return r;
-}
-
-/* One block per token.  Shared: probs[n_expert], chosen[n_expert]. */
-__global__ void __launch_bounds__(TK_THREADS) k_moe_topk(gk_gating g, const float *logits, gk_route *routes)
+/* One warp per token: every expert's probability in shared memory, then
+ * n_used rounds of a warp-wide argmax over the unchosen ones.
+ * Shared: probs[n_expert], chosen[n_expert]. */
+__global__ void __launch_bounds__(GPU_WARP) k_moe_topk(gk_gating g, const float *logits, gk_route *routes)
 {
     extern __shared__ float probs[];
     unsigned char *chosen = (unsigned char *)(probs + g.n_expert);
-    __shared__ float red[TK_WARPS];
-    __shared__ double dred[TK_WARPS];
-    __shared__ best bred[TK_WARPS];
-    __shared__ float wsum;
-    const int t = blockIdx.x, tid = threadIdx.x;
+    const int t = blockIdx.x, lane = threadIdx.x;
     const float *l = logits + (int64_t)t * g.n_expert;
     if (g.sigmoid) {
-        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+        for (int e = lane; e < g.n_expert; e += GPU_WARP)
             probs[e] = 1.0f / (1.0f + expf(-l[e]));
     } else {
         float mx = -INFINITY;
-        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+        for (int e = lane; e < g.n_expert; e += GPU_WARP)
             mx = fmaxf(mx, l[e]);
-        mx = block_max(mx, red);
+        mx = warp_max(mx);
         double sum = 0.0; /* as op_softmax: the sum in double */
-        for (int e = tid; e < g.n_expert; e += TK_THREADS) {
+        for (int e = lane; e < g.n_expert; e += GPU_WARP) {
             probs[e] = expf(l[e] - mx);
             sum += probs[e];
         }
         for (int m = GPU_WARP / 2; m > 0; m /= 2)
             sum += gpu_shfl_xor(sum, m);
-        if (tid % GPU_WARP == 0)
-            dred[tid / GPU_WARP] = sum;
-        __syncthreads();
-        double total = 0.0;
-        for (int w = 0; w < TK_WARPS; w++)
-            total += dred[w];
-        const float inv = (float)(1.0 / total);
-        for (int e = tid; e < g.n_expert; e += TK_THREADS)
+        const float inv = (float)(1.0 / sum);
+        for (int e = lane; e < g.n_expert; e += GPU_WARP)
             probs[e] *= inv;
     }
-    for (int e = tid; e < g.n_expert; e += TK_THREADS)
+    for (int e = lane; e < g.n_expert; e += GPU_WARP)
         chosen[e] = 0;
-    if (tid == 0)
-        wsum = 0.0f;
-    __syncthreads();
+    __syncwarp();
     gk_route *r = routes + (int64_t)t * g.n_used;
+    float wsum = 0.0f;
     for (int k = 0; k < g.n_used; k++) {
         best b = {0.0f, -1};
-        for (int e = tid; e < g.n_expert; e += TK_THREADS) {
+        for (int e = lane; e < g.n_expert; e += GPU_WARP) {
             const best c = {probs[e], e};
             if (!chosen[e] && better(b, c))
                 b = c;
         }
         b = warp_best(b);
-        if (tid % GPU_WARP == 0)
-            bred[tid / GPU_WARP] = b;
-        __syncthreads();
-        if (tid == 0) {
-            best w = bred[0];
-            for (int i = 1; i < TK_WARPS; i++)
-                if (better(w, bred[i]))
-                    w = bred[i];
-            chosen[w.i] = 1;
+        if (lane == 0) {
+            chosen[b.i] = 1;
             r[k].token = t;
-            r[k].expert = w.i;
-            r[k].weight = w.v;
-            wsum += w.v; /* in rank order, as moe_select */
+            r[k].expert = b.i;
+            r[k].weight = b.v;
         }
-        __syncthreads();
+        wsum += b.v; /* in rank order, as moe_select */
+        __syncwarp();
     }
-    if (tid < g.n_used) {
-        float w = r[tid].weight;
+    for (int k = lane; k < g.n_used; k += GPU_WARP) {
+        float w = r[k].weight;
         if (g.renorm)
             w /= wsum;
-        r[tid].weight = w * g.scale;
+        r[k].weight = w * g.scale;
     }
 }
 
@@ -128,10 +97,10 @@ extern "C" int gk_moe_topk(gpuStream_t s, const gk_gating *g, const float *logit
 {
     if (n_tok == 0)
         return 0;
-    if (g->n_expert > GR_MAX_EXPERTS || g->n_used > TK_THREADS)
+    if (g->n_expert > GR_MAX_EXPERTS)
         return (int)gpuErrorInvalidValue;
     const size_t smem = (sizeof(float) + 1) * (size_t)g->n_expert;
-    k_moe_topk<<<n_tok, TK_THREADS, smem, s>>>(*g, logits, routes);
+    k_moe_topk<<<n_tok, GPU_WARP, smem, s>>>(*g, logits, routes);
     return launch_status();
 }
 
@@ -186,17 +155,22 @@ extern "C" int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes,
 }
 
 /* One block per token: sub = sum_k w_k y_k in rank order, then x += sub. */
-__global__ void k_moe_combine(const gk_route *routes, const int32_t *slot_of, const float *y, int n_used, int64_t n,
-                              float *x)
+__global__ void __launch_bounds__(CB_THREADS) k_moe_combine(const gk_route *routes, const int32_t *slot_of,
+                                                            const float *y, int n_used, int64_t n, float *x)
 {
+    __shared__ float w[CB_MAX_USED];
+    __shared__ int64_t row[CB_MAX_USED];
     const int t = blockIdx.x;
-    for (int64_t d = threadIdx.x; d < n; d += blockDim.x) {
+    for (int k = threadIdx.x; k < n_used; k += CB_THREADS) {
+        const int r = t * n_used + k;
+        w[k] = routes[r].weight;
+        row[k] = (int64_t)(slot_of != NULL ? slot_of[r] : r) * n;
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < n; d += CB_THREADS) {
         float sub = 0.0f;
-        for (int k = 0; k < n_used; k++) {
-            const int r = t * n_used + k;
-            const int slot = slot_of != NULL ? slot_of[r] : r;
-            sub += routes[r].weight * y[(int64_t)slot * n + d];
-        }
+        for (int k = 0; k < n_used; k++)
+            sub += w[k] * y[row[k] + d];
         x[(int64_t)t * n + d] += sub;
     }
 }
@@ -206,6 +180,8 @@ extern "C" int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32
 {
     if (n_tok == 0)
         return 0;
-    k_moe_combine<<<n_tok, 256, 0, s>>>(routes, slot_of, y, n_used, n_embd, x);
+    if (n_used > CB_MAX_USED)
+        return (int)gpuErrorInvalidValue;
+    k_moe_combine<<<n_tok, CB_THREADS, 0, s>>>(routes, slot_of, y, n_used, n_embd, x);
     return launch_status();
 }

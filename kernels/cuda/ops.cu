@@ -61,8 +61,10 @@ static inline __device__ double block_sum_d(double v, double *red)
     return total;
 }
 
+/* One block per row.  With q: each warp also writes the 8-bit form of its
+ * 32-value chunks (the rule of quantize.cu), saving a launch in decode. */
 __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(const float *x, const float *gain, float eps, int64_t n,
-                                                          float *y)
+                                                          float *y, int8_t *q, int32_t *meta)
 {
     __shared__ double red[NORM_THREADS / GPU_WARP];
     const float *xr = x + blockIdx.x * n;
@@ -72,15 +74,41 @@ __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(const float *x, const 
         sum += (double)xr[i] * xr[i];
     sum = block_sum_d(sum, red);
     const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
-        yr[i] = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
+    if (q == NULL) {
+        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+            yr[i] = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
+        return;
+    }
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    for (int64_t c0 = (int64_t)warp * GPU_WARP; c0 < n; c0 += NORM_THREADS) {
+        const int64_t i = c0 + lane;
+        const float v = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
+        yr[i] = v;
+        const float amax = warp_max(fabsf(v));
+        const int qi = __float2int_rn(v * (amax != 0.0f ? 127.0f / amax : 0.0f));
+        q[blockIdx.x * n + i] = (int8_t)qi;
+        int s = qi;
+        for (int m = 8; m > 0; m /= 2)
+            s += gpu_shfl_xor(s, m);
+        const int s_hi = gpu_shfl(s, 16);
+        if (lane == 0) {
+            int32_t *mt = meta + 4 * ((blockIdx.x * n + c0) / 32);
+            mt[0] = __float_as_int(amax / 127.0f);
+            mt[1] = s;
+            mt[2] = s_hi;
+            mt[3] = 0;
+        }
+    }
 }
 
-extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y)
+extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y,
+                          int8_t *q, int32_t *meta)
 {
     if (n_rows == 0)
         return 0;
-    k_rmsnorm<<<n_rows, NORM_THREADS, 0, s>>>(x, gain, eps, n, y);
+    if (q != NULL && n % 32 != 0)
+        return (int)gpuErrorInvalidValue;
+    k_rmsnorm<<<n_rows, NORM_THREADS, 0, s>>>(x, gain, eps, n, y, q, meta);
     return launch_status();
 }
 

@@ -105,9 +105,17 @@ static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t 
     return HYDRA_OK;
 }
 
-static hydra_status rmsnorm(gpu_session *g, const float *x, const gk_mat *gain, int n_rows, float *y)
+/* out = rmsnorm(x rows) as the matrices' input.  In decode the matrices
+ * read the 8-bit form, which the norm kernel writes on the way. */
+static hydra_status rmsnorm(gpu_session *g, const float *x, const gk_mat *gain, int n_rows, gpu_act *out)
 {
-    TRY(gk_rmsnorm(g->stream, x, gw_vec(gain), g->w->hp.norm_eps, n_rows, g->w->hp.n_embd, y), "rmsnorm");
+    const int64_t n = g->w->hp.n_embd;
+    const bool q8 = n_rows <= GK_MATVEC_MAX_TOK;
+    act_bind(out, n, n_rows);
+    TRY(gk_rmsnorm(g->stream, x, gw_vec(gain), g->w->hp.norm_eps, n_rows, n, out->f, q8 ? out->q : NULL,
+                   q8 ? out->meta : NULL),
+        "rmsnorm");
+    out->q_ready = q8;
     gpu_prof_mark(g, OP_NORM);
     return HYDRA_OK;
 }
@@ -119,21 +127,41 @@ static bool glu_pair(const gk_mat *gate, const gk_mat *up)
 
 /* --- attention */
 
+/* Q, K and V of the normed rows: one launch in decode when the three
+ * matrices share a type, else one each. */
+static hydra_status project_qkv(gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_mat *const w[3] = {gw_at(gw, l, W_ATTN_Q), gw_at(gw, l, W_ATTN_K), gw_at(gw, l, W_ATTN_V)};
+    static const arch_role bias[3] = {W_ATTN_Q_BIAS, W_ATTN_K_BIAS, W_ATTN_V_BIAS};
+    float *y[3] = {g->q, g->k, g->v};
+    gk_out out[3];
+    bool same = n <= GK_MATVEC_MAX_TOK;
+    for (int i = 0; i < 3; i++) {
+        out[i] = (gk_out){.y = y[i], .y_stride = w[i]->n_rows, .bias = gw_vec(gw_at(gw, l, bias[i]))};
+        same = same && w[i]->type == w[0]->type && w[i]->n_cols == w[0]->n_cols;
+    }
+    if (!same) {
+        for (int i = 0; i < 3; i++)
+            TRY_ST(linear(g, w[i], &g->xn, 0, n, y[i], w[i]->n_rows, out[i].bias, false, OP_QKV));
+        return HYDRA_OK;
+    }
+    if (reads_8bit(w[0]))
+        TRY_ST(act_quantize(g, &g->xn));
+    const gk_act xa = act_view(&g->xn, 0);
+    TRY(gk_matvec_multi(g->stream, w, out, 3, &xa, n), "Q/K/V");
+    gpu_prof_mark(g, OP_QKV);
+    return HYDRA_OK;
+}
+
 static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
 {
     const arch_hparams *hp = &g->w->hp;
     const int n = (int)sh->n_tok;
-    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, dk = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    const int64_t dv = (int64_t)hp->n_head_kv * hp->head_dim_v, datt = (int64_t)hp->n_head * hp->head_dim_v;
+    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, datt = (int64_t)hp->n_head * hp->head_dim_v;
     const gpu_weights *gw = &g->gw;
-    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, g->xn.f));
-    act_bind(&g->xn, hp->n_embd, n);
-    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_Q), &g->xn, 0, n, g->q, dq, gw_vec(gw_at(gw, l, W_ATTN_Q_BIAS)), false,
-                  OP_QKV));
-    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_K), &g->xn, 0, n, g->k, dk, gw_vec(gw_at(gw, l, W_ATTN_K_BIAS)), false,
-                  OP_QKV));
-    TRY_ST(linear(g, gw_at(gw, l, W_ATTN_V), &g->xn, 0, n, g->v, dv, gw_vec(gw_at(gw, l, W_ATTN_V_BIAS)), false,
-                  OP_QKV));
+    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, &g->xn));
+    TRY_ST(project_qkv(g, l, n));
 
     uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
     uint8_t *v_cache = g->v_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->v_row * g->kv_elem;
@@ -283,8 +311,7 @@ static hydra_status moe(gpu_session *g, int l, int n)
 static hydra_status feed_forward(gpu_session *g, int l, int n)
 {
     const gpu_weights *gw = &g->gw;
-    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_FFN_NORM), n, g->xn.f));
-    act_bind(&g->xn, g->w->hp.n_embd, n);
+    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_FFN_NORM), n, &g->xn));
     if (g->w->layer[l].moe)
         return moe(g, l, n);
     return ffn_dense(g, gw_at(gw, l, W_FFN_GATE), gw_at(gw, l, W_FFN_UP), gw_at(gw, l, W_FFN_DOWN), n, g->x, true);
@@ -303,7 +330,6 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
         TRY_ST(feed_forward(g, l, n));
     }
     const int first = sh->all_rows ? 0 : n - 1;
-    TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, g->xn.f));
-    act_bind(&g->xn, hp->n_embd, n - first);
+    TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
     return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
 }

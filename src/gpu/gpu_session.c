@@ -64,10 +64,10 @@ static hydra_status check_model(const model_weights *w)
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: head sizes %u/%u (at most 256), n_embd %u (a multiple "
                           "of 32), %u experts (at most 4096) top-%u", hp->head_dim_k, hp->head_dim_v, hp->n_embd,
                           hp->n_expert, hp->n_expert_used);
-    const size_t smem = sizeof(float) * (hp->n_head / hp->n_head_kv) * (hp->head_dim_k + GK_ATTN_CHUNK);
-    if (smem > 48 * 1024)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %u query heads per KV head of %u need too much shared "
-                          "memory", hp->n_head / hp->n_head_kv, hp->head_dim_k);
+    const uint32_t group = hp->n_head / hp->n_head_kv;
+    if (group > GK_ATTN_MAX_GROUP || hp->head_dim_k % 8 != 0 || gk_attention_smem((int)group, (int)hp->head_dim_k) > 48 * 1024)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %u query heads per KV head (at most %d) of size %u (a "
+                          "multiple of 8)", group, GK_ATTN_MAX_GROUP, hp->head_dim_k);
     return check_roles(w);
 }
 
