@@ -163,7 +163,7 @@ static void run_reference(test_ctx *t_, const char *name)
     printf("  %-20s batch(f32 kv) KL %.2e top1 %.3f | batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | "
            "by 7 KL %.2e top1 %.3f", name, batch32.kl, batch32.top1, batch16.kl, batch16.top1, tbt.kl, tbt.top1,
            b7.kl, b7.top1);
-    printf(" | greedy %d/%d | truncate max|d| %.1e  (bars: KL %.0e, top1 %.3f)\n", greedy, REF_GREEDY, trunc_diff,
+    printf(" | greedy %d/%d | truncate max|d| %.1e  (bars: KL %.2g, top1 %.3f)\n", greedy, REF_GREEDY, trunc_diff,
            r.max_kl_mean, r.min_top1);
     CHECK_SCORE("one batch, F32 cache", batch32);
     CHECK_SCORE("one batch, F16 cache", batch16);
