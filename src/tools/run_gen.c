@@ -141,8 +141,12 @@ int gen_feed(gen_ctx *g, const hydra_token *tokens, size_t n, float *all_logits)
     size_t keep = 0;
     while (all_logits == NULL && keep < n - 1 && keep < g->n_history && g->history[keep] == tokens[keep])
         keep++;
-    if (keep < g->n_history)
-        hydra_session_truncate(g->session, (uint32_t)keep);
+    /* A session that cannot rewind that far (a sliding-window cache keeps only
+     * its window) starts over: evaluating at the wrong position is worse. */
+    if (keep < g->n_history && hydra_session_truncate(g->session, (uint32_t)keep) != HYDRA_OK) {
+        hydra_session_clear(g->session);
+        keep = 0;
+    }
     const double t0 = run_now_ms();
     hydra_status st = hydra_session_eval(g->session, tokens + keep, n - keep, all_logits);
     g->timing.prompt_ms += run_now_ms() - t0;
