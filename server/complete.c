@@ -102,12 +102,15 @@ static void stream_send(completion *c, sbuf *ev)
     c->last_write = serve_now_ms();
 }
 
-static void stream_text(completion *c, const sbuf *text)
+/* A delta with new text; the first token opens the stream even when its
+ * text is empty (held UTF-8, a control token), so a client sees its time
+ * to first token. */
+static void stream_text(completion *c, const sbuf *text, int n_new)
 {
-    if (text->len == 0)
+    if (text->len == 0 && (c->first_sent || n_new == 0))
         return;
     sbuf ev = {0};
-    if (shape_delta(&ev, &c->head, text->data, text->len, !c->first_sent))
+    if (shape_delta(&ev, &c->head, text->data ? text->data : "", text->len, !c->first_sent))
         stream_send(c, &ev);
     c->first_sent = true;
     sbuf_free(&ev);
@@ -151,7 +154,7 @@ static void on_output(srv_task *t)
     const bool streaming = c->gr.stream;
     engine_take(c->sc->eng, t, streaming ? &fresh : &c->text, &out);
     if (c->req != NULL && streaming)
-        stream_text(c, &fresh);
+        stream_text(c, &fresh, out.n_new);
     sbuf_free(&fresh);
     if (!out.done)
         return;

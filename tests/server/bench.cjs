@@ -1,8 +1,8 @@
 // hydra-serve benchmark (not a test): C concurrent streaming chat clients,
 // each sending R requests one after the other; prints aggregate generated
 // tokens per second over the phase and the time to first token (p50, p99,
-// from sending a request to its first content delta).  No dependencies:
-// node's own http module.
+// from sending a request to its first chunk, which the server sends at the
+// first generated token).  No dependencies: node's own http module.
 //
 //   node tests/server/bench.cjs PORT CLIENTS REQUESTS MAX_TOKENS [PROMPT_WORDS]
 'use strict';
@@ -40,7 +40,7 @@ function once(c, r) {
           const j = JSON.parse(ev.slice(6));
           if (j.usage) tokens = j.usage.completion_tokens;
           const ch = j.choices[0];
-          if (ttft === null && ch && ch.delta && ch.delta.content) ttft = Number(process.hrtime.bigint() - t0) / 1e6;
+          if (ttft === null && ch) ttft = Number(process.hrtime.bigint() - t0) / 1e6;
         }
       });
       res.on('end', () => resolve({ ttft, tokens }));
