@@ -390,11 +390,12 @@ static int gather(engine *e)
 {
     size_t take[e->n_slots];
     bool taken[e->n_slots];
-    size_t budget = (size_t)e->o->n_batch;
+    /* a session's n_batch is -b or its context, whichever is smaller */
+    size_t budget = (size_t)e->o->n_batch < e->slot_ctx ? (size_t)e->o->n_batch : e->slot_ctx;
     for (int i = 0; i < e->n_slots; i++) {
         taken[i] = e->slots[i].state == SLOT_GENERATE;
         take[i] = taken[i];
-        budget -= take[i]; /* -b >= -np: never below zero */
+        budget -= take[i]; /* -b >= -np and a slot's context >= 1: never below zero */
     }
     slot *s;
     while (budget > 0 && (s = oldest_prefill(e, taken)) != NULL) {

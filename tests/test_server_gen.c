@@ -502,3 +502,23 @@ TEST(server_drops_a_reader_that_stalls)
     SCHECK(s, served_quickly(s.port, 2000));
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
+
+/* A prompt as long as a slot (128 positions, below -b) read while another
+ * slot generates: a step never holds more tokens than a slot's session
+ * takes in one evaluation (its context when that is below -b). */
+TEST(server_small_slots_batch_within_their_context)
+{
+    test_server s;
+    ts_conn a;
+    reply b;
+    START(s, NULL, "-c 256 -np 2");
+    SCHECK(s, start_long(&a, s.port, "river")); /* generating until the client leaves */
+    char body[1024] = "{\"max_tokens\":1,\"prompt\":[";
+    for (int i = 0; i < 128; i++)
+        snprintf(body + strlen(body), sizeof body - strlen(body), "%s%d", i ? "," : "", 10 + i);
+    strcat(body, "]}");
+    const bool ok = post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.completion_tokens == 1;
+    ts_close(&a);
+    SCHECK(s, ok);
+    CHECK_EQ_INT(ts_stop(&s), 0);
+}
