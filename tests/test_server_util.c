@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -81,6 +82,8 @@ static void exec_server(const test_server *s, const char *model, const char *arg
     for (char *save, *a = strtok_r(argbuf, " ", &save); a != NULL && n < 62; a = strtok_r(NULL, " ", &save))
         argv[n++] = a;
     argv[n] = NULL;
+    /* the server goes when the test process does, even when it crashes */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
         dup2(fd, 1);
