@@ -1,6 +1,6 @@
 /*
  * attention.cu — causal GQA attention over the KV cache, flash-decoding
- * style: the positions a token sees are cut into chunks of GK_ATTN_CHUNK;
+ * style: the positions a token sees are cut into chunks (at_chunk);
  * one block per (chunk, KV head, token) computes the softmax partials of
  * the query heads that share the KV head (max, sum of exponentials, and the
  * unnormalised weighted sum of V rows), so each cache row is read once for
@@ -17,9 +17,25 @@
 
 enum { AT_THREADS = GK_ATTN_CHUNK, AT_WARPS = AT_THREADS / GPU_WARP };
 
-static inline __host__ __device__ int at_chunks(int max_kv)
+static inline __host__ __device__ int at_chunks(int max_kv, int chunk)
 {
-    return (max_kv + GK_ATTN_CHUNK - 1) / GK_ATTN_CHUNK;
+    return (max_kv + chunk - 1) / chunk;
+}
+
+/* Positions per block: GK_ATTN_CHUNK, halved (down to 16) while the grid
+ * would have fewer than two blocks per multiprocessor, so that decoding
+ * one token over a short context still spreads over the GPU.  It depends
+ * only on the launch's shape, so a captured graph and a direct launch cut
+ * the same chunks. */
+static int at_chunk(int n_tok, int n_head_kv, int max_kv)
+{
+    static int n_sm = 0;
+    if (n_sm == 0 && gpuDeviceGetAttribute(&n_sm, gpuDevAttrMultiProcessorCount, 0) != gpuSuccess)
+        n_sm = 1;
+    int chunk = GK_ATTN_CHUNK;
+    while (chunk > 16 && (int64_t)n_tok * n_head_kv * at_chunks(max_kv, chunk) < 2 * (int64_t)n_sm)
+        chunk /= 2;
+    return chunk;
 }
 
 /* Eight consecutive cache values (16-byte aligned: head sizes are
@@ -52,15 +68,16 @@ template <bool F16> static inline __device__ float kv_value(const void *base, in
  * per-split partial sums of the V pass. */
 template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk_step *step)
 {
+    gpu_pdl_wait();
     extern __shared__ float smem[];
     const int ch = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
     const int n_kv = step->pos0 + a.tok0 + t + 1;
-    const int start = ch * GK_ATTN_CHUNK;
+    const int start = ch * a.chunk;
     if (start >= n_kv)
         return;
-    const int len = min(GK_ATTN_CHUNK, n_kv - start);
+    const int len = min(a.chunk, n_kv - start);
     const int group = a.n_head / a.n_head_kv, dk = a.head_dim_k, dv = a.head_dim_v;
-    const int n_chunks = at_chunks(a.max_kv);
+    const int n_chunks = at_chunks(a.max_kv, a.chunk);
     float *qs = smem;                  /* group x dk */
     float *ps = qs + group * dk;       /* group x GK_ATTN_CHUNK */
     float *red = ps + group * GK_ATTN_CHUNK; /* splits x group x min(dv, AT_THREADS) */
@@ -133,13 +150,24 @@ template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial
         for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
             acc[h] = 0.0f;
         const int64_t col = (int64_t)g * dv + d;
-#pragma unroll 4
-        for (int j = split; j < len; j += splits) {
-            const float v = kv_value<F16>(a.v, (int64_t)(start + j) * a.v_row + col);
+        /* eight rows' loads in flight before their products */
+        for (int j0 = split; j0 < len; j0 += 8 * splits) {
+            float v[8];
 #pragma unroll
-            for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
-                if (h < group)
-                    acc[h] = fmaf(ps[h * GK_ATTN_CHUNK + j], v, acc[h]);
+            for (int u = 0; u < 8; u++) {
+                const int j = j0 + u * splits;
+                v[u] = j < len ? kv_value<F16>(a.v, (int64_t)(start + j) * a.v_row + col) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int j = j0 + u * splits;
+                if (j >= len)
+                    break;
+#pragma unroll
+                for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
+                    if (h < group)
+                        acc[h] = fmaf(ps[h * GK_ATTN_CHUNK + j], v[u], acc[h]);
+            }
         }
         for (int h = 0; h < group; h++) {
             if (splits == 1)
@@ -163,9 +191,10 @@ template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial
 /* One block per (head, token): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c. */
 __global__ void k_attn_combine(gk_attn a, const gk_step *step)
 {
+    gpu_pdl_wait();
     const int h = blockIdx.x, t = blockIdx.y;
     const int n_kv = step->pos0 + a.tok0 + t + 1;
-    const int n_chunks = at_chunks(a.max_kv), used = at_chunks(n_kv);
+    const int n_chunks = at_chunks(a.max_kv, a.chunk), used = at_chunks(n_kv, a.chunk);
     const int dv = a.head_dim_v;
     const int64_t base = ((int64_t)t * a.n_head + h) * n_chunks;
     const float *ml = a.scratch + 2 * base;
@@ -185,9 +214,9 @@ __global__ void k_attn_combine(gk_attn a, const gk_step *step)
     }
 }
 
-extern "C" size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, int max_kv)
+extern "C" size_t gk_attention_scratch(int n_tok, int n_head, int n_head_kv, int head_dim_v, int max_kv)
 {
-    return (size_t)n_tok * n_head * at_chunks(max_kv) * (2 + (size_t)head_dim_v);
+    return (size_t)n_tok * n_head * at_chunks(max_kv, at_chunk(n_tok, n_head_kv, max_kv)) * (2 + (size_t)head_dim_v);
 }
 
 extern "C" size_t gk_attention_smem(int group, int head_dim_k)
@@ -203,15 +232,16 @@ extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step
     const size_t smem = gk_attention_smem(group, a->head_dim_k);
     if (a->head_dim_k % 8 != 0 || a->n_head % a->n_head_kv != 0 || group > GK_ATTN_MAX_GROUP || smem > 48 * 1024)
         return (int)gpuErrorInvalidValue;
-    const dim3 grid((unsigned)at_chunks(a->max_kv), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
+    gk_attn c = *a;
+    c.chunk = at_chunk(a->n_tok, a->n_head_kv, a->max_kv);
+    const dim3 grid((unsigned)at_chunks(a->max_kv, c.chunk), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
+    int st;
     if (a->kv_f16)
-        k_attn_partial<true><<<grid, AT_THREADS, smem, s>>>(*a, step);
+        st = gk_launch(k_attn_partial<true>, grid, AT_THREADS, smem, s, c, step);
     else
-        k_attn_partial<false><<<grid, AT_THREADS, smem, s>>>(*a, step);
-    int st = launch_status();
+        st = gk_launch(k_attn_partial<false>, grid, AT_THREADS, smem, s, c, step);
     if (st != 0)
         return st;
     const int threads = a->head_dim_v < 32 ? 32 : (a->head_dim_v + 31) / 32 * 32;
-    k_attn_combine<<<dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s>>>(*a, step);
-    return launch_status();
+    return gk_launch(k_attn_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s, c, step);
 }

@@ -25,10 +25,52 @@ static inline __device__ float warp_max(float v)
     return v;
 }
 
-/* The launch's error (bad configuration), 0 when it was accepted. */
-static inline int launch_status(void)
+/* Programmatic dependent launch (Hopper and later): a kernel may be
+ * scheduled while the one before it in the stream is still finishing;
+ * its first statement waits, with gpu_pdl_wait(), until that kernel has
+ * completed and its writes are visible.  Every kernel here starts with the
+ * wait, before it reads or writes anything, so stream order still holds;
+ * what is saved is the launch gap between kernels of a step. */
+static inline __device__ void gpu_pdl_wait(void)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+
+/* Whether device 0 runs programmatic dependent launches (compute
+ * capability 9.0 or later); asked once. */
+static inline bool gpu_pdl_supported(void)
+{
+    static int major = -1;
+    if (major < 0 && gpuDeviceGetAttribute(&major, GPU_ENUM(DevAttrComputeCapabilityMajor), 0) != gpuSuccess)
+        major = 0;
+    return major >= 9;
+}
+
+/* Launches kernel(args) on stream s, with programmatic dependent launch
+ * where the device has it (not on the legacy default stream, which the
+ * op checks use); returns 0 or the launch's error. */
+template <typename... Params, typename... Args>
+static inline int gk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                            Args... args)
+{
+#if defined(HYDRA_HIP)
+    hipLaunchKernelGGL(kernel, grid, block, smem, s, args...);
     return (int)gpuGetLastError();
+#else
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = s != 0 && gpu_pdl_supported() ? 1 : 0;
+    return (int)cudaLaunchKernelEx(&cfg, kernel, args...);
+#endif
 }
 
 static inline __device__ float silu(float x)

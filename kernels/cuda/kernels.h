@@ -102,7 +102,7 @@ int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, in
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
  * activation row of slot s is routes[order[s]].token (gather) or s, output
  * row s. */
-enum { GK_TILE_TOK = 32 };
+enum { GK_TILE_TOK = 32, GK_MATMUL_K = 64 }; /* rows of n_cols % GK_MATMUL_K == 0 only */
 int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out);
 
 typedef struct gk_groups {
@@ -118,8 +118,8 @@ int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_
 
 /* --- attention.cu.  Queries of n_tok tokens (rows of n_head * head_dim_k),
  * cache rows of n_head_kv heads; token t sees positions [0, pos0 + t].
- * Partial results per chunk of GK_ATTN_CHUNK positions go to scratch
- * (gk_attention_scratch floats). */
+ * Partial results per chunk of at most GK_ATTN_CHUNK positions go to
+ * scratch (gk_attention_scratch floats). */
 enum { GK_ATTN_CHUNK = 128, GK_ATTN_MAX_GROUP = 16 };
 typedef struct gk_attn {
     const float *q;
@@ -131,15 +131,27 @@ typedef struct gk_attn {
     int n_tok;
     int tok0;                 /* token t of this launch is token tok0 + t of the step */
     int max_kv;               /* grid bound: pos0 + tok0 + n_tok <= max_kv */
+    int chunk;                /* positions per block: set by gk_attention */
     float *scratch;
     float *out;               /* n_tok rows of n_head * head_dim_v */
 } gk_attn;
 
-size_t gk_attention_scratch(int n_tok, int n_head, int head_dim_v, int max_kv);
+size_t gk_attention_scratch(int n_tok, int n_head, int n_head_kv, int head_dim_v, int max_kv);
 /* Shared memory of one block; head_dim_k % 8 == 0, at most
  * GK_ATTN_MAX_GROUP query heads per KV head, and 48 KiB. */
 size_t gk_attention_smem(int group, int head_dim_k);
 int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step);
+
+/* An RMSNorm's output: y = x / rms(x) * gain (gain NULL: none), and with q
+ * the 8-bit form of y (meta as gk_act's). */
+enum { GK_NORM_THREADS = 256 };
+typedef struct gk_norm_out {
+    const float *gain;
+    float eps;
+    float *y;
+    int8_t *q;
+    int32_t *meta;
+} gk_norm_out;
 
 /* --- moe.cu */
 typedef struct gk_gating {
@@ -159,11 +171,14 @@ int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes, int n_expe
 int gk_moe_max_tiles(int n_routes, int n_expert);
 
 /* x[t] += sum over k of routes[t*n_used+k].weight * y[slot(t*n_used+k)]
- * (slot_of NULL: the route index), in rank order. */
+ * (slot_of NULL: the route index), in rank order; then, with norm (not
+ * NULL), the RMSNorm of the new rows as gk_rmsnorm writes it (the next
+ * layer's input, saving its launch). */
 int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
-                   int n_used, int64_t n_embd, float *x);
+                   int n_used, int64_t n_embd, float *x, const gk_norm_out *norm);
 
 /* --- ops.cu */
+
 int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x);
 /* y = x / rms(x) * gain, rows of n; with q (n % 32 == 0), also y's 8-bit
  * form as gk_quantize_rows writes it. */

@@ -1,8 +1,9 @@
 /*
  * matmul.cu — prefill: W . X for many activation rows, as tiles of
- * MM_BM weight rows x MM_BN activation rows, stepping 32 values (one chunk)
- * at a time.  Half the block decodes the weight tile (one chunk per
- * thread, quant.cuh), the other half loads the activation tile.
+ * MM_BM weight rows x MM_BN activation rows, stepping MM_BK = 64 values
+ * (two chunks) at a time.  Every thread decodes one chunk of the weight
+ * tile (quant.cuh) and loads 16 values of the activation tile, the
+ * activation loads issued first so both are in flight together.
  *
  *   f16 path  (quantised and F16 weights): both tiles in f16, products on
  *             the tensor cores (WMMA 16x16x16, f32 accumulation).  F16
@@ -17,10 +18,10 @@
  */
 #include "common.cuh"
 
-enum { MM_BM = 64, MM_BN = GK_TILE_TOK, MM_BK = 32, MM_THREADS = 128 };
+enum { MM_BM = 64, MM_BN = GK_TILE_TOK, MM_BK = GK_MATMUL_K, MM_THREADS = 128 };
 enum { MM_LDH = MM_BK + 8, MM_LDF = MM_BK + 1, MM_LDC = MM_BN + 4 };
 
-static_assert(MM_BN == 32 && MM_BM == 64 && MM_THREADS == 128, "tile loaders assume these sizes");
+static_assert(MM_BN == 32 && MM_BM == 64 && MM_BK == 64 && MM_THREADS == 128, "tile loaders assume these sizes");
 
 /* Which rows a block reads and writes. */
 struct mm_tile {
@@ -80,7 +81,7 @@ static inline __device__ void mm_act16(const gk_act &x, const int64_t *act_row, 
 }
 
 /* Eight floats to eight halves in one 16-byte store (dst 16-byte aligned:
- * rows of MM_LDH halves are 80 bytes). */
+ * rows of MM_LDH halves are 144 bytes). */
 static inline __device__ void store_half8(half *dst, const float *v)
 {
     union {
@@ -104,6 +105,7 @@ template <int T>
 __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int n_tok, gk_out out,
                                                          const gk_route *routes, gk_groups g, bool grouped, bool gather)
 {
+    gpu_pdl_wait();
     __shared__ __align__(32) half as[MM_BM * MM_LDH];
     __shared__ __align__(32) half bs[MM_BN * MM_LDH];
     __shared__ __align__(32) float cs[MM_BM * MM_LDC];
@@ -118,22 +120,19 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int
     gpu_wmma::fill_fragment(acc[0], 0.0f);
     gpu_wmma::fill_fragment(acc[1], 0.0f);
     for (int64_t k0 = 0; k0 < w.n_cols; k0 += MM_BK) {
-        float v[32];
-        if (tid < MM_BM) {
-            const int64_t r = row0 + tid;
-            if (r < w.n_rows)
-                chunk_floats<T>(tile.w + r * w.row_bytes, (int)(k0 / 32), v);
-            else
-                for (int i = 0; i < 32; i++)
-                    v[i] = 0.0f;
-            for (int k = 0; k < 4; k++)
-                store_half8(as + tid * MM_LDH + 8 * k, v + 8 * k);
-        } else {
-            const int n = (tid - MM_BM) / 2, part = (tid - MM_BM) % 2;
-            mm_act16(x, act_row, n, part, k0, v);
-            store_half8(bs + n * MM_LDH + 16 * part, v);
-            store_half8(bs + n * MM_LDH + 16 * part + 8, v + 8);
-        }
+        const int n = tid / 4, part = tid % 4;          /* activation row, 16-value quarter */
+        const int arow = tid % MM_BM, ahalf = tid / MM_BM; /* weight row, chunk of the step */
+        float b[16], v[32];
+        mm_act16(x, act_row, n, part, k0, b);
+        if (row0 + arow < w.n_rows)
+            chunk_floats<T>(tile.w + (row0 + arow) * w.row_bytes, (int)(k0 / 32) + ahalf, v);
+        else
+            for (int i = 0; i < 32; i++)
+                v[i] = 0.0f;
+        for (int k = 0; k < 4; k++)
+            store_half8(as + arow * MM_LDH + 32 * ahalf + 8 * k, v + 8 * k);
+        store_half8(bs + n * MM_LDH + 16 * part, b);
+        store_half8(bs + n * MM_LDH + 16 * part + 8, b + 8);
         __syncthreads();
         for (int kk = 0; kk < MM_BK; kk += 16) {
             gpu_wmma::fragment<gpu_wmma::matrix_a, 16, 16, 16, half, gpu_wmma::row_major> a;
@@ -161,6 +160,7 @@ template <int T>
 __global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int n_tok, gk_out out,
                                                          const gk_route *routes, gk_groups g, bool grouped, bool gather)
 {
+    gpu_pdl_wait();
     __shared__ float as[MM_BM * MM_LDF];
     __shared__ float bs[MM_BN * MM_LDF];
     __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
@@ -173,22 +173,19 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int
     const int64_t row0 = (int64_t)blockIdx.x * MM_BM;
     float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < w.n_cols; k0 += MM_BK) {
-        float v[32];
-        if (tid < MM_BM) {
-            const int64_t r = row0 + tid;
-            if (r < w.n_rows)
-                chunk_floats<T>(tile.w + r * w.row_bytes, (int)(k0 / 32), v);
-            else
-                for (int i = 0; i < 32; i++)
-                    v[i] = 0.0f;
+        const int n = tid / 4, part = tid % 4;
+        const int arow = tid % MM_BM, ahalf = tid / MM_BM;
+        float b16[16], v[32];
+        mm_act16(x, act_row, n, part, k0, b16);
+        if (row0 + arow < w.n_rows)
+            chunk_floats<T>(tile.w + (row0 + arow) * w.row_bytes, (int)(k0 / 32) + ahalf, v);
+        else
             for (int i = 0; i < 32; i++)
-                as[tid * MM_LDF + i] = v[i];
-        } else {
-            const int n = (tid - MM_BM) / 2, part = (tid - MM_BM) % 2;
-            mm_act16(x, act_row, n, part, k0, v);
-            for (int i = 0; i < 16; i++)
-                bs[n * MM_LDF + 16 * part + i] = v[i];
-        }
+                v[i] = 0.0f;
+        for (int i = 0; i < 32; i++)
+            as[arow * MM_LDF + 32 * ahalf + i] = v[i];
+        for (int i = 0; i < 16; i++)
+            bs[n * MM_LDF + 16 * part + i] = b16[i];
         __syncthreads();
         for (int k = 0; k < MM_BK; k++) {
             float a[4], b[4];
@@ -216,17 +213,18 @@ static int mm_launch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x,
                      const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
     if constexpr (T == GQ_F32 || T == GQ_BF16)
-        k_matmul_f<T><<<grid, MM_THREADS, 0, s>>>(*w, *x, n_tok, *out, routes, *g, grouped, gather);
+        return gk_launch(k_matmul_f<T>, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out, routes, *g, grouped, gather);
     else
-        k_matmul_h<T><<<grid, MM_THREADS, 0, s>>>(*w, *x, n_tok, *out, routes, *g, grouped, gather);
-    return launch_status();
+        return gk_launch(k_matmul_h<T>, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out, routes, *g, grouped, gather);
 }
 
 static int mm_dispatch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                        const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
-    if (w->n_rows == 0 || grid.y == 0 || w->n_cols % MM_BK != 0)
-        return w->n_cols % MM_BK != 0 ? (int)gpuErrorInvalidValue : 0;
+    if (w->n_cols % MM_BK != 0)
+        return (int)gpuErrorInvalidValue;
+    if (w->n_rows == 0 || grid.y == 0)
+        return 0;
     switch (w->type) {
 #define MM_CASE_(T)                                                                                              \
     case T:                                                                                                      \

@@ -78,6 +78,7 @@ static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int
 template <int T, bool GLU, int NT>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
 {
+    gpu_pdl_wait();
     const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
@@ -163,6 +164,7 @@ template <int T> static inline __device__ float float_at(const uint8_t *row, int
 template <int T, bool GLU>
 __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 {
+    gpu_pdl_wait();
     const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
@@ -239,10 +241,8 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
     if (glu)
-        k_matvec_q<T, true, NT><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*job);
-    else
-        k_matvec_q<T, false, NT><<<grid, MV_WARPS * GPU_WARP, 0, s>>>(*job);
-    return launch_status();
+        return gk_launch(k_matvec_q<T, true, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
+    return gk_launch(k_matvec_q<T, false, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
 }
 
 template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
@@ -254,10 +254,8 @@ template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job
 template <int T> static int launch_f(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
     if (glu)
-        k_matvec_f<T, true><<<grid, MVF_THREADS, 0, s>>>(*job);
-    else
-        k_matvec_f<T, false><<<grid, MVF_THREADS, 0, s>>>(*job);
-    return launch_status();
+        return gk_launch(k_matvec_f<T, true>, grid, MVF_THREADS, 0, s, *job);
+    return gk_launch(k_matvec_f<T, false>, grid, MVF_THREADS, 0, s, *job);
 }
 
 extern "C" bool gk_type_supported(uint32_t type)

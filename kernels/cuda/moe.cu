@@ -9,8 +9,9 @@
  *   gk_moe_combine  each token's weighted sum of its routes' outputs
  */
 #include "common.cuh"
+#include "row_norm.cuh"
 
-enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_THREADS = 256, CB_MAX_USED = 256 };
+enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_MAX_USED = 256 };
 
 struct best {
     float v;
@@ -40,6 +41,7 @@ static inline __device__ best warp_best(best x)
  * Shared: probs[n_expert], chosen[n_expert]. */
 __global__ void __launch_bounds__(GPU_WARP) k_moe_topk(gk_gating g, const float *logits, gk_route *routes)
 {
+    gpu_pdl_wait();
     extern __shared__ float probs[];
     unsigned char *chosen = (unsigned char *)(probs + g.n_expert);
     const int t = blockIdx.x, lane = threadIdx.x;
@@ -63,6 +65,7 @@ __global__ void __launch_bounds__(GPU_WARP) k_moe_topk(gk_gating g, const float 
         for (int e = lane; e < g.n_expert; e += GPU_WARP)
             probs[e] *= inv;
     }
+    __shared__ float picked[CB_MAX_USED];
     for (int e = lane; e < g.n_expert; e += GPU_WARP)
         chosen[e] = 0;
     __syncwarp();
@@ -78,15 +81,15 @@ __global__ void __launch_bounds__(GPU_WARP) k_moe_topk(gk_gating g, const float 
         b = warp_best(b);
         if (lane == 0) {
             chosen[b.i] = 1;
+            picked[k] = b.v;
             r[k].token = t;
             r[k].expert = b.i;
-            r[k].weight = b.v;
         }
         wsum += b.v; /* in rank order, as moe_select */
         __syncwarp();
     }
     for (int k = lane; k < g.n_used; k += GPU_WARP) {
-        float w = r[k].weight;
+        float w = picked[k];
         if (g.renorm)
             w /= wsum;
         r[k].weight = w * g.scale;
@@ -97,11 +100,11 @@ extern "C" int gk_moe_topk(gpuStream_t s, const gk_gating *g, const float *logit
 {
     if (n_tok == 0)
         return 0;
-    if (g->n_expert > GR_MAX_EXPERTS)
+    if (g->n_expert > GR_MAX_EXPERTS || g->n_used > CB_MAX_USED)
         return (int)gpuErrorInvalidValue;
     const size_t smem = (sizeof(float) + 1) * (size_t)g->n_expert;
-    k_moe_topk<<<n_tok, GPU_WARP, smem, s>>>(*g, logits, routes);
-    return launch_status();
+    return gk_launch(k_moe_topk, n_tok, GPU_WARP, smem, s, *g, logits, routes);
+    
 }
 
 /* One block.  The place of a route among its expert's comes from an atomic
@@ -111,6 +114,7 @@ extern "C" int gk_moe_topk(gpuStream_t s, const gk_gating *g, const float *logit
 __global__ void __launch_bounds__(GR_THREADS) k_moe_group(const gk_route *routes, int n_routes, int n_expert,
                                                           gk_groups g)
 {
+    gpu_pdl_wait();
     __shared__ int count[GR_MAX_EXPERTS], first[GR_MAX_EXPERTS];
     int32_t *order = (int32_t *)g.order, *slot_of = (int32_t *)g.slot_of, *tiles = (int32_t *)g.tiles;
     for (int e = threadIdx.x; e < n_expert; e += GR_THREADS)
@@ -150,38 +154,51 @@ extern "C" int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes,
 {
     if (n_expert > GR_MAX_EXPERTS)
         return (int)gpuErrorInvalidValue;
-    k_moe_group<<<1, GR_THREADS, 0, s>>>(routes, n_routes, n_expert, *g);
-    return launch_status();
+    return gk_launch(k_moe_group, 1, GR_THREADS, 0, s, routes, n_routes, n_expert, *g);
+    
 }
 
-/* One block per token: sub = sum_k w_k y_k in rank order, then x += sub. */
-__global__ void __launch_bounds__(CB_THREADS) k_moe_combine(const gk_route *routes, const int32_t *slot_of,
-                                                            const float *y, int n_used, int64_t n, float *x)
+/* One block per token: sub = sum_k w_k y_k in rank order, x += sub; with
+ * a norm, then the next layer's input from the new row. */
+__global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route *routes, const int32_t *slot_of,
+                                                                 const float *y, int n_used, int64_t n, float *x,
+                                                                 gk_norm_out norm)
 {
+    gpu_pdl_wait();
     __shared__ float w[CB_MAX_USED];
     __shared__ int64_t row[CB_MAX_USED];
+    __shared__ double red[GK_NORM_THREADS / GPU_WARP];
     const int t = blockIdx.x;
-    for (int k = threadIdx.x; k < n_used; k += CB_THREADS) {
+    for (int k = threadIdx.x; k < n_used; k += GK_NORM_THREADS) {
         const int r = t * n_used + k;
         w[k] = routes[r].weight;
         row[k] = (int64_t)(slot_of != NULL ? slot_of[r] : r) * n;
     }
     __syncthreads();
-    for (int64_t d = threadIdx.x; d < n; d += CB_THREADS) {
+    float *xr = x + (int64_t)t * n;
+    double sumsq = 0.0;
+    for (int64_t d = threadIdx.x; d < n; d += GK_NORM_THREADS) {
         float sub = 0.0f;
         for (int k = 0; k < n_used; k++)
             sub += w[k] * y[row[k] + d];
-        x[(int64_t)t * n + d] += sub;
+        const float v = xr[d] + sub;
+        xr[d] = v;
+        sumsq += (double)v * v;
     }
+    if (norm.y == NULL)
+        return;
+    sumsq = block_sum_d(sumsq, red); /* its barrier also orders the row's writes before the reads below */
+    row_norm_store(xr, n, sumsq, &norm, t);
 }
 
 extern "C" int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
-                              int n_used, int64_t n_embd, float *x)
+                              int n_used, int64_t n_embd, float *x, const gk_norm_out *norm)
 {
     if (n_tok == 0)
         return 0;
-    if (n_used > CB_MAX_USED)
+    const gk_norm_out none = {NULL, 0.0f, NULL, NULL, NULL};
+    if (n_used > CB_MAX_USED || (norm != NULL && norm->q != NULL && n_embd % 32 != 0))
         return (int)gpuErrorInvalidValue;
-    k_moe_combine<<<n_tok, CB_THREADS, 0, s>>>(routes, slot_of, y, n_used, n_embd, x);
-    return launch_status();
+    return gk_launch(k_moe_combine, n_tok, GK_NORM_THREADS, 0, s, routes, slot_of, y, n_used, n_embd, x, norm ? *norm : none);
+    
 }

@@ -6,10 +6,12 @@
  * the K/V cache store, SwiGLU and residual adds.
  */
 #include "common.cuh"
+#include "row_norm.cuh"
 
 /* One thread per 32-value chunk of an embedding row. */
 template <int T> __global__ void k_embed(gk_mat table, const int32_t *tokens, int n_tok, float *x)
 {
+    gpu_pdl_wait();
     const int64_t chunks = table.n_cols / 32;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * chunks)
@@ -34,8 +36,7 @@ extern "C" int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *token
     switch (table->type) {
 #define EMB_CASE_(T)                                                                                             \
     case T:                                                                                                      \
-        k_embed<T><<<blocks, 128, 0, s>>>(*table, tokens, n_tok, x);                                             \
-        return launch_status();
+        return gk_launch(k_embed<T>, blocks, 128, 0, s, *table, tokens, n_tok, x);
         GQ_FOR_EACH_QUANT(EMB_CASE_)
         GK_FOR_EACH_FLOAT(EMB_CASE_)
 #undef EMB_CASE_
@@ -44,61 +45,18 @@ extern "C" int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *token
     }
 }
 
-enum { NORM_THREADS = 256 };
-
-/* The block's total of v (double), for every thread. */
-static inline __device__ double block_sum_d(double v, double *red)
+/* One block per row (row_norm.cuh). */
+__global__ void __launch_bounds__(GK_NORM_THREADS) k_rmsnorm(const float *x, const float *gain, float eps, int64_t n,
+                                                             float *y, int8_t *q, int32_t *meta)
 {
-    for (int m = GPU_WARP / 2; m > 0; m /= 2)
-        v += gpu_shfl_xor(v, m);
-    if (threadIdx.x % GPU_WARP == 0)
-        red[threadIdx.x / GPU_WARP] = v;
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < (int)(blockDim.x / GPU_WARP); w++)
-        total += red[w];
-    __syncthreads();
-    return total;
-}
-
-/* One block per row.  With q: each warp also writes the 8-bit form of its
- * 32-value chunks (the rule of quantize.cu), saving a launch in decode. */
-__global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(const float *x, const float *gain, float eps, int64_t n,
-                                                          float *y, int8_t *q, int32_t *meta)
-{
-    __shared__ double red[NORM_THREADS / GPU_WARP];
+    gpu_pdl_wait();
+    __shared__ double red[GK_NORM_THREADS / GPU_WARP];
     const float *xr = x + blockIdx.x * n;
-    float *yr = y + blockIdx.x * n;
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+    for (int64_t i = threadIdx.x; i < n; i += GK_NORM_THREADS)
         sum += (double)xr[i] * xr[i];
-    sum = block_sum_d(sum, red);
-    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-    if (q == NULL) {
-        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
-            yr[i] = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
-        return;
-    }
-    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    for (int64_t c0 = (int64_t)warp * GPU_WARP; c0 < n; c0 += NORM_THREADS) {
-        const int64_t i = c0 + lane;
-        const float v = gain != NULL ? xr[i] * scale * gain[i] : xr[i] * scale;
-        yr[i] = v;
-        const float amax = warp_max(fabsf(v));
-        const int qi = __float2int_rn(v * (amax != 0.0f ? 127.0f / amax : 0.0f));
-        q[blockIdx.x * n + i] = (int8_t)qi;
-        int s = qi;
-        for (int m = 8; m > 0; m /= 2)
-            s += gpu_shfl_xor(s, m);
-        const int s_hi = gpu_shfl(s, 16);
-        if (lane == 0) {
-            int32_t *mt = meta + 4 * ((blockIdx.x * n + c0) / 32);
-            mt[0] = __float_as_int(amax / 127.0f);
-            mt[1] = s;
-            mt[2] = s_hi;
-            mt[3] = 0;
-        }
-    }
+    const gk_norm_out out = {gain, eps, y, q, meta};
+    row_norm_store(xr, n, block_sum_d(sum, red), &out, blockIdx.x);
 }
 
 extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y,
@@ -108,8 +66,8 @@ extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, floa
         return 0;
     if (q != NULL && n % 32 != 0)
         return (int)gpuErrorInvalidValue;
-    k_rmsnorm<<<n_rows, NORM_THREADS, 0, s>>>(x, gain, eps, n, y, q, meta);
-    return launch_status();
+    return gk_launch(k_rmsnorm, n_rows, GK_NORM_THREADS, 0, s, x, gain, eps, n, y, q, meta);
+    
 }
 
 /* One warp per head of one token: blockIdx.x < n_head are Q heads, then
@@ -118,6 +76,7 @@ enum { RS_MAX_DIM = 256 };
 
 __global__ void k_rope_store(gk_rope r, const gk_step *step)
 {
+    gpu_pdl_wait();
     __shared__ float hv[RS_MAX_DIM];
     const int t = blockIdx.y, lane = threadIdx.x;
     const int head = blockIdx.x;
@@ -186,12 +145,13 @@ extern "C" int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *ste
     if (r->head_dim_k > RS_MAX_DIM || r->n_rot > r->head_dim_k)
         return (int)gpuErrorInvalidValue;
     const dim3 grid((unsigned)(r->n_head + 2 * r->n_head_kv), (unsigned)r->n_tok);
-    k_rope_store<<<grid, GPU_WARP, 0, s>>>(*r, step);
-    return launch_status();
+    return gk_launch(k_rope_store, grid, GPU_WARP, 0, s, *r, step);
+    
 }
 
 __global__ void k_swiglu(const float *g, const float *u, int64_t n, float *h)
 {
+    gpu_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         h[i] = silu(g[i]) * u[i];
@@ -201,12 +161,13 @@ extern "C" int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t 
 {
     if (n == 0)
         return 0;
-    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(g, u, n, h);
-    return launch_status();
+    return gk_launch(k_swiglu, (unsigned)((n + 255) / 256), 256, 0, s, g, u, n, h);
+    
 }
 
 __global__ void k_add_rows(float *x, const float *y, const float *gate, int64_t n)
 {
+    gpu_pdl_wait();
     const int t = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
@@ -219,8 +180,8 @@ extern "C" int gk_add_rows(gpuStream_t s, float *x, const float *y, const float 
 {
     if (n_tok == 0 || n == 0)
         return 0;
-    k_add_rows<<<dim3((unsigned)((n + 255) / 256), (unsigned)n_tok), 256, 0, s>>>(x, y, gate, n);
-    return launch_status();
+    return gk_launch(k_add_rows, dim3((unsigned)((n + 255) / 256), (unsigned)n_tok), 256, 0, s, x, y, gate, n);
+    
 }
 
 /* ---- host-side checks of the block decoders ---- */

@@ -9,6 +9,7 @@
 
 __global__ void k_quantize(const float *x, int64_t total, int8_t *q, int32_t *meta)
 {
+    gpu_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) /* total is a multiple of 32: whole warps leave */
         return;
@@ -37,6 +38,5 @@ extern "C" int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, i
     if (total == 0)
         return 0;
     const int threads = 256;
-    k_quantize<<<(unsigned)((total + threads - 1) / threads), threads, 0, s>>>(x, total, q, meta);
-    return launch_status();
+    return gk_launch(k_quantize, (unsigned)((total + threads - 1) / threads), threads, 0, s, x, total, q, meta);
 }

@@ -85,7 +85,7 @@ static gk_act act_view(const gpu_act *a, int64_t row0)
 static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t row0, int n_tok, float *y,
                            int64_t y_stride, const float *bias, bool accumulate, gpu_op op)
 {
-    const bool tiled = n_tok > GK_MATVEC_MAX_TOK && w->n_cols % 32 == 0;
+    const bool tiled = n_tok > GK_MATVEC_MAX_TOK && w->n_cols % GK_MATMUL_K == 0;
     if (tiled) {
         const gk_act xa = act_view(x, row0);
         const gk_out out = {.y = y, .y_stride = y_stride, .bias = bias, .accumulate = accumulate};
@@ -160,7 +160,9 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     const int n = (int)sh->n_tok;
     const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, datt = (int64_t)hp->n_head * hp->head_dim_v;
     const gpu_weights *gw = &g->gw;
-    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, &g->xn));
+    if (!g->xn_normed) /* else the previous layer's combine wrote it */
+        TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, &g->xn));
+    g->xn_normed = false;
     TRY_ST(project_qkv(g, l, n));
 
     uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
@@ -175,16 +177,19 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
     gpu_prof_mark(g, OP_ROPE);
 
-    /* Token groups bounded by the attention scratch (sized at creation). */
-    const size_t per_tok = gk_attention_scratch(1, (int)hp->n_head, (int)hp->head_dim_v, (int)sh->max_kv);
-    const int per_launch = (int)(g->attn_scratch_floats / per_tok);
-    for (int t0 = 0; t0 < n; t0 += per_launch) {
+    /* Token groups whose partials fit the attention scratch (sized at
+     * creation): halved until they fit, so the same step always cuts the
+     * same groups. */
+    for (int t0 = 0, n_g; t0 < n; t0 += n_g) {
+        n_g = n - t0;
+        while (n_g > 1 && gk_attention_scratch(n_g, (int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_v,
+                                               (int)sh->max_kv) > g->attn_scratch_floats)
+            n_g = (n_g + 1) / 2;
         const gk_attn a = {.q = g->q + t0 * dq, .k = k_cache, .v = v_cache, .kv_f16 = g->o.kv_type == QT_F16,
                            .k_row = g->k_row, .v_row = g->v_row, .n_head = (int)hp->n_head,
                            .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
-                           .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale,
-                           .n_tok = n - t0 < per_launch ? n - t0 : per_launch, .tok0 = t0, .max_kv = (int)sh->max_kv,
-                           .scratch = g->attn_scratch, .out = g->att.f + t0 * datt};
+                           .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale, .n_tok = n_g, .tok0 = t0,
+                           .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f + t0 * datt};
         TRY(gk_attention(g->stream, &a, g->d_step), "attention");
     }
     gpu_prof_mark(g, OP_ATTN);
@@ -288,14 +293,26 @@ static hydra_status moe(gpu_session *g, int l, int n)
     TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert, NULL, false, OP_ROUTER));
     TRY(gk_moe_topk(g->stream, &gating, g->router, n, g->routes), "top-k");
     gpu_prof_mark(g, OP_TOPK);
-    const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % 32 == 0 &&
-                         gw_at(gw, l, W_MOE_DOWN)->n_cols % 32 == 0;
+    const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
+                         gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
     TRY_ST(grouped ? experts_grouped(g, l, n_routes) : experts_routed(g, l, n_routes));
-    TRY(gk_moe_combine(g->stream, g->routes, grouped ? g->slot_of : NULL, g->y, n, gating.n_used, embd, g->x),
+    const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
+    /* Without a shared expert the combine ends the layer: it also norms
+     * the new rows into the next layer's input. */
+    const bool ends = sh_gate->data == NULL && l + 1 < (int)g->w->hp.n_layer;
+    const bool q8 = n <= GK_MATVEC_MAX_TOK;
+    const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
+                              .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
+                              .meta = q8 ? g->xn.meta : NULL};
+    TRY(gk_moe_combine(g->stream, g->routes, grouped ? g->slot_of : NULL, g->y, n, gating.n_used, embd, g->x,
+                       ends ? &next : NULL),
         "combine");
     gpu_prof_mark(g, OP_COMBINE);
-
-    const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
+    if (ends) {
+        act_bind(&g->xn, embd, n);
+        g->xn.q_ready = q8;
+        g->xn_normed = true;
+    }
     if (sh_gate->data == NULL)
         return HYDRA_OK;
     const gk_mat *sh_router = gw_at(gw, l, W_SHEXP_ROUTER);
@@ -323,6 +340,7 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
 {
     const arch_hparams *hp = &g->w->hp;
     const int n = (int)sh->n_tok;
+    g->xn_normed = false;
     TRY(gk_embed(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x), "embedding");
     gpu_prof_mark(g, OP_EMBED);
     for (int l = 0; l < (int)hp->n_layer; l++) {

@@ -112,6 +112,7 @@ struct gpu_session {
     float *x, *q, *k, *v, *router, *shexp_gate, *attn_scratch, *h_gate, *h_up, *y, *logits;
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
+    bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     int max_tiles;

@@ -108,11 +108,12 @@ static hydra_status alloc_scratch(gpu_session *g)
     g->ff_max = max3(hp->n_ff_exp, hp->n_ff_shexp, hp->n_ff);
     const int64_t hidden = max3(routes * hp->n_ff_exp, nb * hp->n_ff_shexp, nb * hp->n_ff);
     g->max_tiles = gk_moe_max_tiles((int)routes, (int)hp->n_expert);
-    const size_t per_tok = gk_attention_scratch(1, (int)hp->n_head, (int)hp->head_dim_v, (int)g->o.n_ctx);
-    size_t attn = per_tok * (size_t)nb;
-    if (attn > ATTN_SCRATCH_BUDGET / sizeof(float))
-        attn = per_tok > ATTN_SCRATCH_BUDGET / sizeof(float) ? per_tok : ATTN_SCRATCH_BUDGET / sizeof(float) / per_tok * per_tok;
-    g->attn_scratch_floats = attn;
+    /* One token at the full context in the finest chunks (16 positions),
+     * times the batch, up to the budget: a step's attention runs in token
+     * groups that fit (gpu_forward.c). */
+    const size_t one = (size_t)hp->n_head * (size_t)((g->o.n_ctx + 15) / 16) * (2 + (size_t)hp->head_dim_v);
+    const size_t budget = ATTN_SCRATCH_BUDGET / sizeof(float);
+    g->attn_scratch_floats = one * (size_t)nb < budget ? one * (size_t)nb : one > budget ? one : budget;
     carve c = {0};
     CARVE(&c, g->d_step, sizeof(gk_step));
     CARVE(&c, g->d_tokens, sizeof(int32_t) * (size_t)nb);
@@ -122,7 +123,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->k, sizeof(float) * (size_t)nb * hp->n_head_kv * hp->head_dim_k);
     CARVE(&c, g->v, sizeof(float) * (size_t)nb * hp->n_head_kv * hp->head_dim_v);
     carve_act(&c, &g->att, nb, (int64_t)hp->n_head * hp->head_dim_v);
-    CARVE(&c, g->attn_scratch, sizeof(float) * attn);
+    CARVE(&c, g->attn_scratch, sizeof(float) * g->attn_scratch_floats);
     CARVE(&c, g->router, sizeof(float) * (size_t)nb * (hp->n_expert + 1));
     CARVE(&c, g->shexp_gate, sizeof(float) * (size_t)nb);
     CARVE(&c, g->routes, sizeof(gk_route) * (size_t)routes);
