@@ -94,6 +94,7 @@ typedef struct hybrid_state {
     hybrid_layer *layer; /* n_layer entries */
     uint64_t version;    /* bumped by every table change of any layer */
     hybrid_stats stats;
+    bool step_decode;    /* the current step is a decode step (hybrid_begin_step) */
     /* step buffers, sized for max_rows tokens */
     int64_t max_rows, max_routes;
     int64_t n_embd;
@@ -155,12 +156,20 @@ hydra_status hybrid_evict(hybrid_state *h, uint32_t l, int32_t expert);
 void hybrid_partition(const hybrid_layer *L, const moe_route *routes, int64_t n, moe_route *hits, int64_t *n_hits,
                       moe_route *misses, int64_t *n_misses);
 
+/* Starts a forward step of n_rows rows; decode: every sequence of the
+ * step is one token (its lookups count as decode, its rows as decoded
+ * tokens).  Called once per step, before the first layer. */
+void hybrid_begin_step(hybrid_state *h, int64_t n_rows, bool decode);
+
+/* Counts the lookups of n routes of layer l, n_hits of them hits, as the
+ * current step's kind (decode or prefill). */
+void hybrid_count(hybrid_state *h, uint32_t l, int64_t n, int64_t n_hits);
+
 /* The CPU split of one MoE layer: out[t * out_stride] += the experts of
  * the n routes of x's rows, hits from the slab, misses from the mapping,
- * combined hits first.  decode: every sequence of the step is one token
- * (counts lookups as decode). */
+ * combined hits first. */
 void hybrid_moe_experts(hybrid_state *h, thread_pool *pool, moe_scratch *s, uint32_t l, const layer_weights *lw,
-                        act_set *x, const moe_route *routes, int64_t n, float *out, size_t out_stride, bool decode);
+                        act_set *x, const moe_route *routes, int64_t n, float *out, size_t out_stride);
 
 /* Records one hand-off round trip of layer l (CUDA side). */
 void hybrid_record_handoff(hybrid_state *h, uint32_t l, uint64_t ns);
