@@ -203,6 +203,14 @@ typedef enum hydra_backend {
     HYDRA_BACKEND_CUDA = 1, /* the whole model in the memory of CUDA device 0 */
 } hydra_backend;
 
+/* How a session splits the experts of its MoE layers (hybrid decode). */
+typedef enum hydra_hybrid_mode {
+    HYDRA_HYBRID_OFF = 0,       /* default: every expert on the session's backend */
+    HYDRA_HYBRID_CPU_SPLIT = 1, /* both sides on the CPU backend, the slab a host buffer: the partition,
+                                   slot table and combine without a GPU (CI) */
+    HYDRA_HYBRID_CUDA = 2,      /* slab in VRAM, misses on the CPU (backend CUDA) */
+} hydra_hybrid_mode;
+
 typedef struct hydra_session_params {
     uint32_t n_ctx;        /* positions the cache holds; 0 = the model's context_length */
     uint32_t n_batch;      /* most tokens computed in one step (longer inputs are split); 0 = 512 */
@@ -210,13 +218,24 @@ typedef struct hydra_session_params {
     hydra_kv_type kv_type; /* HYDRA_KV_F16 by default */
     hydra_backend backend; /* HYDRA_BACKEND_CPU by default */
     bool cuda_graphs;      /* CUDA: capture each step's structure once as a graph and replay it (default true) */
+    /* Hybrid decode (issue 10, docs/HYBRID.md): the most used experts of
+     * every MoE layer sit in a slab, the rest are computed by the CPU from
+     * the model's mapping, and the two partial sums are combined.  Which
+     * experts: the pin file's ranking (NULL: expert id order).  How many
+     * per layer: the placement of vram_budget when nonzero (hydra-run
+     * --info --vram-budget prints it), else the pin file's pins per layer,
+     * else resident_fraction of each layer's experts. */
+    hydra_hybrid_mode hybrid;  /* HYDRA_HYBRID_OFF by default */
+    double resident_fraction;  /* 0..1 (default 0.5) */
+    const char *pin_file;      /* expert ranking / pin file (src/expert_rank.h); NULL: none */
+    uint64_t vram_budget;      /* bytes for the device (the slab in the CPU split); 0: none */
 } hydra_session_params;
 
 /* Whether this build has the CUDA backend and a CUDA device is present. */
 HYDRA_API bool hydra_cuda_available(void);
 
 /* Defaults: n_ctx 0 (model's), n_batch 512, n_threads 0 (physical cores), F16 cache, CPU backend,
- * CUDA graphs on. */
+ * CUDA graphs on, no hybrid split (resident_fraction 0.5 when one is chosen). */
 HYDRA_API hydra_session_params hydra_session_default_params(void);
 
 /* Binds the model's tensors by its architecture and allocates the session.
@@ -284,6 +303,45 @@ HYDRA_API void hydra_session_clear(hydra_session *session);
  * position evaluated fails with HYDRA_ERR_RANGE, changing nothing (clear
  * and evaluate again). */
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *session, uint32_t n_past);
+
+/* Engagement of the hybrid split, summed over the MoE layers.  Lookups
+ * are routes (k per token); the decode counters cover only decode steps
+ * (every sequence of the step one token), prefill has its own. */
+typedef struct hydra_hybrid_stats {
+    hydra_hybrid_mode mode;
+    uint32_t n_moe_layers;
+    uint64_t n_experts, n_slots, n_resident; /* routed experts, slab slots, slots holding one */
+    uint64_t slab_bytes;                     /* the slab's size */
+    uint64_t lookups, hits;                  /* decode only */
+    uint64_t prefill_lookups, prefill_hits;
+    uint64_t decode_tokens;
+    uint64_t h2d_bytes;                      /* host-to-device bytes of decode steps (CUDA) */
+    double h2d_bytes_per_token;              /* h2d_bytes / decode_tokens; 0 when none */
+    uint64_t hit_ns, miss_ns, overlap_ns;    /* computing hits (slab side) and misses (CPU), both at once */
+    uint64_t repins;                         /* slot table changes after init */
+    uint64_t version;                        /* of the split state: bumped by every table change */
+} hydra_hybrid_stats;
+
+/* One MoE layer's share; hand-off round trips (CUDA) as p50/p99 of the
+ * latest samples. */
+typedef struct hydra_hybrid_layer_stats {
+    bool moe;                                /* false: a dense layer, everything else 0 */
+    int32_t n_expert, n_slots, n_resident;
+    uint64_t lookups, hits, prefill_lookups, prefill_hits;
+    uint64_t hit_ns, miss_ns, overlap_ns;
+    uint64_t n_handoff, handoff_p50_ns, handoff_p99_ns;
+    uint64_t version;
+} hydra_hybrid_layer_stats;
+
+/* The split's counters.  HYDRA_ERR_INVALID_ARG without a session or an
+ * out; a session without the split reports mode HYDRA_HYBRID_OFF and
+ * zeros. */
+HYDRA_API hydra_status hydra_session_hybrid_stats(const hydra_session *session, hydra_hybrid_stats *out);
+/* HYDRA_ERR_RANGE for a layer >= the model's. */
+HYDRA_API hydra_status hydra_session_hybrid_layer_stats(const hydra_session *session, uint32_t layer,
+                                                        hydra_hybrid_layer_stats *out);
+/* Zeroes the counters (not the slot tables). */
+HYDRA_API void hydra_session_hybrid_reset_stats(hydra_session *session);
 
 /* Bytes of the session's KV cache, every layer: n_ctx rows per layer of
  * the K and V rows the architecture caches (MLA: the compressed latent and

@@ -24,6 +24,7 @@
 #include "../kernels/cpu/matmul.h"
 #include "../kernels/cpu/ops.h"
 #include "error.h"
+#include "hybrid.h"
 #include "quant.h"
 
 #include <math.h>
@@ -52,6 +53,27 @@ static void *alloc_rows(int64_t n, size_t row_bytes, bool *ok)
     return p;
 }
 
+/* Elements of one cached K and V row: every KV head, or a hook's layout. */
+static void kv_row_elems(const model_weights *w, size_t *k_elems, size_t *v_elems)
+{
+    const arch_hparams *hp = &w->hp;
+    *k_elems = (size_t)hp->n_head_kv * hp->head_dim_k;
+    *v_elems = (size_t)hp->n_head_kv * hp->head_dim_v;
+    if (w->arch->attention != NULL)
+        w->arch->attention->kv_row_elems(hp, k_elems, v_elems);
+}
+
+uint64_t kv_bytes_for(const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch)
+{
+    size_t k_elems, v_elems;
+    kv_row_elems(w, &k_elems, &v_elems);
+    const uint64_t row = (uint64_t)(k_elems + v_elems) * op_kv_elem_size(type);
+    uint64_t bytes = 0;
+    for (uint32_t l = 0; l < w->hp.n_layer; l++)
+        bytes += (uint64_t)layer_slots(w->layer[l].window, n_ctx, n_batch) * row;
+    return bytes;
+}
+
 hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch)
 {
     memset(kv, 0, sizeof *kv);
@@ -59,9 +81,8 @@ hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_
     const size_t es = op_kv_elem_size(type);
     if (es == 0)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "KV cache type %u: only F16 and F32 are supported", type);
-    size_t k_elems = (size_t)hp->n_head_kv * hp->head_dim_k, v_elems = (size_t)hp->n_head_kv * hp->head_dim_v;
-    if (w->arch->attention != NULL)
-        w->arch->attention->kv_row_elems(hp, &k_elems, &v_elems);
+    size_t k_elems, v_elems;
+    kv_row_elems(w, &k_elems, &v_elems);
     kv->type = type;
     kv->n_ctx = n_ctx;
     kv->k_row_bytes = k_elems * es;
@@ -421,7 +442,11 @@ static void feed_forward(const fwd_layer *c)
     const moe_gating g = moe_gating_of(w, lw);
     moe_router(pool, lw, &f->xn_act, f->router);
     moe_select(&g, &f->moe, f->router, n, f->routes);
-    moe_experts(pool, &f->moe, lw, &f->xn_act, f->routes, n * g.n_used, f->sub, w->hp.n_embd);
+    if (f->hybrid != NULL && f->hybrid->mode == HYBRID_CPU_SPLIT)
+        hybrid_moe_experts(f->hybrid, pool, &f->moe, (uint32_t)c->layer, lw, &f->xn_act, f->routes, n * g.n_used,
+                           f->sub, w->hp.n_embd);
+    else
+        moe_experts(pool, &f->moe, lw, &f->xn_act, f->routes, n * g.n_used, f->sub, w->hp.n_embd);
     moe_shared(pool, &f->moe, lw, &f->xn_act, f->shexp_gate, f->sub, w->hp.n_embd);
 }
 
@@ -433,12 +458,16 @@ void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, con
     const arch_hparams *hp = &w->hp;
     const int64_t embd = hp->n_embd;
     int64_t n_rows = 0;
+    bool decode = true; /* every sequence one token: the split counts its lookups as decode */
     for (int i = 0; i < n_seqs; i++) {
+        decode = decode && seqs[i].n == 1;
         embed(w, seqs[i].tokens, seqs[i].n, f->x + n_rows * embd);
         for (int64_t t = 0; t < seqs[i].n; t++)
             op_rope_cache_ext(f->rope + (n_rows + t) * hp->n_rot, seqs[i].pos0 + t, &hp->rope);
         n_rows += seqs[i].n;
     }
+    if (f->hybrid != NULL)
+        hybrid_begin_step(f->hybrid, n_rows, decode);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *lw = &w->layer[l];

@@ -43,6 +43,11 @@ typedef struct kv_cache {
 hydra_status kv_init(kv_cache *kv, const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch);
 void kv_free(kv_cache *kv);
 
+/* The bytes kv_init would allocate (kv->n_bytes), without allocating: the
+ * placement of hybrid decode counts them before anything is allocated.
+ * 0 for a type kv_init rejects. */
+uint64_t kv_bytes_for(const model_weights *w, uint32_t type, int64_t n_ctx, int64_t n_batch);
+
 /* Whether evaluation can continue at position n_past (<= n_written):
  * every layer still holds the positions it would read.  False when a
  * sliding layer's ring has overwritten them since. */
@@ -79,6 +84,7 @@ typedef struct fwd_scratch {
     act_set xn_act;    /* xn as the Q/K/V, FFN and output matrices read it */
     act_set att_act;   /* att as the output projection reads it */
     moe_scratch moe;
+    struct hybrid_state *hybrid; /* the session's split (CPU split mode: MoE layers go through it); NULL: none */
 } fwd_scratch;
 
 /* One layer's step, as the attention hook of a descriptor receives it: the

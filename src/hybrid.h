@@ -181,4 +181,18 @@ void hybrid_handoff_quantiles(const hybrid_state *h, uint32_t l, uint64_t *p50, 
 /* Zeroes every counter (tables untouched). */
 void hybrid_reset_stats(hybrid_state *h);
 
+/* --- from a session's parameters (hybrid_setup.c) */
+
+/* The split a session asks for (hydra_session_params' hybrid fields): the
+ * ranking of p->pin_file (none: expert id order); slots per layer from the
+ * placement of p->vram_budget when nonzero, else the pin file's pins per
+ * layer, else p->resident_fraction.  Fails as expert_rank_load (file:line)
+ * or placement_make (the numbers) do. */
+hydra_status hybrid_setup(hybrid_state *h, const model_weights *w, const hydra_session_params *p, int64_t n_ctx,
+                          int64_t n_batch, uint32_t kv_type);
+
+/* The public counters (hybrid_stats.c); a zeroed state gives mode off. */
+void hybrid_public_stats(const hybrid_state *h, hydra_hybrid_stats *out);
+void hybrid_public_layer_stats(const hybrid_state *h, uint32_t l, hydra_hybrid_layer_stats *out);
+
 #endif

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "forward.h"
 #include "gpu/gpu.h"
+#include "hybrid.h"
 #include "quant.h"
 #include "threads.h"
 #include "weights.h"
@@ -30,6 +31,7 @@ struct hydra_session {
     kv_cache kv;
     fwd_scratch f;
     gpu_session *gpu; /* the CUDA backend's state; NULL on the CPU */
+    hybrid_state hybrid; /* the expert split (mode HYBRID_OFF: none) */
     int64_t n_ctx;
     int64_t n_past;
     float *logits; /* n_vocab: the last evaluated position */
@@ -39,7 +41,8 @@ struct hydra_session {
 HYDRA_API hydra_session_params hydra_session_default_params(void)
 {
     return (hydra_session_params){.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = HYDRA_KV_F16,
-                                  .backend = HYDRA_BACKEND_CPU, .cuda_graphs = true};
+                                  .backend = HYDRA_BACKEND_CPU, .cuda_graphs = true, .hybrid = HYDRA_HYBRID_OFF,
+                                  .resident_fraction = 0.5};
 }
 
 HYDRA_API bool hydra_cuda_available(void)
@@ -94,6 +97,7 @@ HYDRA_API void hydra_session_free(hydra_session *s)
     if (s == NULL)
         return;
     gpu_session_free(s->gpu);
+    hybrid_free(&s->hybrid);
     fwd_free(&s->f);
     kv_free(&s->kv);
     pool_destroy(s->pool);
@@ -112,6 +116,12 @@ static hydra_status check_params(const hydra_session_params *p)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "kv_type %d: HYDRA_KV_F16 or HYDRA_KV_F32", (int)p->kv_type);
     if (p->backend != HYDRA_BACKEND_CPU && p->backend != HYDRA_BACKEND_CUDA)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "backend %d: HYDRA_BACKEND_CPU or HYDRA_BACKEND_CUDA", (int)p->backend);
+    if (p->hybrid == HYDRA_HYBRID_CPU_SPLIT && p->backend != HYDRA_BACKEND_CPU)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode cpu_split runs on the CPU backend");
+    if (p->hybrid == HYDRA_HYBRID_CUDA)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "hybrid mode cuda: the device side of the split is not built yet");
+    if (p->hybrid != HYDRA_HYBRID_OFF && p->hybrid != HYDRA_HYBRID_CPU_SPLIT)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode %d: off, cpu_split or cuda", (int)p->hybrid);
     return HYDRA_OK;
 }
 
@@ -146,6 +156,10 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
             st = kv_init(&s->kv, &s->w, kv_type, n_ctx, s->n_batch);
         if (st == HYDRA_OK)
             st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
+    }
+    if (st == HYDRA_OK && p.hybrid != HYDRA_HYBRID_OFF) {
+        st = hybrid_setup(&s->hybrid, &s->w, &p, n_ctx, s->n_batch, kv_type);
+        s->f.hybrid = st == HYDRA_OK ? &s->hybrid : NULL;
     }
     if (st == HYDRA_OK && (s->logits = malloc(sizeof(float) * s->w.hp.n_vocab)) == NULL)
         st = hydra_fail(HYDRA_ERR_NOMEM, "logits of %u tokens", s->w.hp.n_vocab);
@@ -292,6 +306,31 @@ HYDRA_API void hydra_session_clear(hydra_session *s)
     s->n_past = 0;
     s->kv.n_written = 0;
     s->have_logits = false;
+}
+
+HYDRA_API hydra_status hydra_session_hybrid_stats(const hydra_session *s, hydra_hybrid_stats *out)
+{
+    if (s == NULL || out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_hybrid_stats: a session and out are required");
+    hybrid_public_stats(&s->hybrid, out);
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_session_hybrid_layer_stats(const hydra_session *s, uint32_t layer,
+                                                        hydra_hybrid_layer_stats *out)
+{
+    if (s == NULL || out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_hybrid_layer_stats: a session and out are required");
+    if (layer >= s->w.hp.n_layer)
+        return hydra_fail(HYDRA_ERR_RANGE, "layer %u: the model has %u", layer, s->w.hp.n_layer);
+    hybrid_public_layer_stats(&s->hybrid, layer, out);
+    return HYDRA_OK;
+}
+
+HYDRA_API void hydra_session_hybrid_reset_stats(hydra_session *s)
+{
+    if (s != NULL)
+        hybrid_reset_stats(&s->hybrid);
 }
 
 HYDRA_API uint64_t hydra_session_kv_bytes(const hydra_session *s)
