@@ -136,3 +136,188 @@ TEST(hybrid_split_matches_unsplit_qwen3moe_k_quants)
 {
     check_split(t_, "qwen3moe-kq-q4_k_m");
 }
+
+/* --- counters, batches, parameters */
+
+static hydra_status split_session(hydra_model *m, double fraction, hydra_session **s)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = N_CTX;
+    p.n_batch = 64;
+    p.n_threads = 2;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.resident_fraction = fraction;
+    return hydra_session_create(s, m, &p);
+}
+
+enum { N_DECODE = 10 };
+
+/* Prompt (prefill steps), then N_DECODE decode steps; the counters. */
+static hydra_status counted_run(hydra_model *m, const ref_case *r, double fraction, hydra_hybrid_stats *st,
+                                hydra_hybrid_layer_stats *sum)
+{
+    hydra_session *s = NULL;
+    hydra_status rc = split_session(m, fraction, &s);
+    if (rc == HYDRA_OK)
+        rc = hydra_session_eval(s, r->prompt, REF_PROMPT, NULL);
+    for (int i = 0; i < N_DECODE && rc == HYDRA_OK; i++)
+        rc = hydra_session_decode(s, r->greedy[i]);
+    if (rc == HYDRA_OK)
+        rc = hydra_session_hybrid_stats(s, st);
+    memset(sum, 0, sizeof *sum);
+    for (uint32_t l = 0; rc == HYDRA_OK && (rc = hydra_session_hybrid_layer_stats(s, l, &sum[1])) == HYDRA_OK; l++) {
+        sum->lookups += sum[1].lookups;
+        sum->hits += sum[1].hits;
+        sum->prefill_lookups += sum[1].prefill_lookups;
+        sum->n_resident += sum[1].n_resident;
+    }
+    if (rc == HYDRA_ERR_RANGE) /* past the last layer */
+        rc = HYDRA_OK;
+    hydra_session_free(s);
+    return rc;
+}
+
+TEST(hybrid_counters_engaged_hits_plus_misses_are_lookups)
+{
+    REQUIRE_SHARED();
+    ref_case r;
+    CHECK(ref_load("qwen3moe-tiny-q8_0", &r));
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    hydra_hybrid_stats st[N_FRACTIONS];
+    hydra_hybrid_layer_stats sum[N_FRACTIONS][2];
+    hydra_status rc = HYDRA_OK;
+    for (int f = 0; f < N_FRACTIONS && rc == HYDRA_OK; f++)
+        rc = counted_run(m, &r, fractions[f], &st[f], sum[f]);
+    hydra_model_close(m);
+    CHECK_OK(rc);
+    for (int f = 0; f < N_FRACTIONS; f++) {
+        CHECK_EQ_INT(st[f].mode, HYDRA_HYBRID_CPU_SPLIT);
+        CHECK(st[f].n_moe_layers > 0);
+        CHECK_EQ_U64(st[f].decode_tokens, N_DECODE);
+        /* k lookups per token per MoE layer, the same k in prefill and decode */
+        CHECK(st[f].lookups > 0 && st[f].lookups % (N_DECODE * st[f].n_moe_layers) == 0);
+        CHECK_EQ_U64(st[f].prefill_lookups / REF_PROMPT, st[f].lookups / N_DECODE);
+        CHECK(st[f].hits <= st[f].lookups && st[f].prefill_hits <= st[f].prefill_lookups);
+        CHECK(st[f].miss_ns + st[f].hit_ns > 0);
+        CHECK_EQ_U64(sum[f][0].lookups, st[f].lookups);
+        CHECK_EQ_U64(sum[f][0].hits, st[f].hits);
+        CHECK_EQ_U64(sum[f][0].prefill_lookups, st[f].prefill_lookups);
+        CHECK_EQ_U64((uint64_t)sum[f][0].n_resident, st[f].n_resident);
+        CHECK_EQ_U64(st[f].h2d_bytes, 0); /* nothing crosses a bus on the CPU */
+    }
+    CHECK_EQ_U64(st[0].hits + st[0].prefill_hits, 0);
+    CHECK(st[1].hits > 0 && st[1].hits < st[1].lookups);
+    CHECK_EQ_U64(st[2].hits, st[2].lookups);
+    CHECK_EQ_U64(st[2].prefill_hits, st[2].prefill_lookups);
+    CHECK_EQ_U64(st[2].n_resident, st[2].n_experts);
+    CHECK(st[1].slab_bytes > 0 && st[1].slab_bytes < st[2].slab_bytes);
+}
+
+TEST(hybrid_counters_off_report_zero_and_reset)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    hydra_session *off = NULL, *split = NULL;
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 1;
+    hydra_status rc = hydra_session_create(&off, m, &p);
+    if (rc == HYDRA_OK)
+        rc = split_session(m, 0.5, &split);
+    const int32_t tok = 1;
+    if (rc == HYDRA_OK)
+        rc = hydra_session_decode(off, tok);
+    if (rc == HYDRA_OK)
+        rc = hydra_session_decode(split, tok);
+    hydra_hybrid_stats a = {.lookups = 1}, b = {0}, c = {.lookups = 1};
+    if (rc == HYDRA_OK)
+        rc = hydra_session_hybrid_stats(off, &a);
+    if (rc == HYDRA_OK)
+        rc = hydra_session_hybrid_stats(split, &b);
+    hydra_session_hybrid_reset_stats(split);
+    if (rc == HYDRA_OK)
+        rc = hydra_session_hybrid_stats(split, &c);
+    hydra_session_free(off);
+    hydra_session_free(split);
+    hydra_model_close(m);
+    CHECK_OK(rc);
+    CHECK_EQ_INT(a.mode, HYDRA_HYBRID_OFF);
+    CHECK_EQ_U64(a.lookups + a.n_slots + a.decode_tokens, 0);
+    CHECK(b.lookups > 0 && b.decode_tokens == 1);
+    CHECK_EQ_U64(c.lookups + c.decode_tokens + c.hit_ns + c.miss_ns, 0);
+    CHECK_EQ_U64(c.n_slots, b.n_slots); /* tables stay */
+    CHECK_EQ_INT(hydra_session_hybrid_stats(NULL, &a), HYDRA_ERR_INVALID_ARG);
+}
+
+enum { N_SEQ = 3 };
+
+/* Prompt chunks of different lengths, then decode steps, of N_SEQ split
+ * sessions through one hydra_session_eval_batch per step (forward_seqs)
+ * and of N_SEQ sessions alone: the same logits, bit for bit. */
+TEST(hybrid_split_batch_of_sessions_matches_alone)
+{
+    REQUIRE_SHARED();
+    ref_case r;
+    CHECK(ref_load("qwen3moe-kq-q4_k_m", &r));
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    hydra_session *batched[N_SEQ] = {0}, *alone[N_SEQ] = {0};
+    hydra_status rc = HYDRA_OK;
+    for (int i = 0; i < N_SEQ && rc == HYDRA_OK; i++) {
+        rc = split_session(m, 0.5, &batched[i]);
+        if (rc == HYDRA_OK)
+            rc = split_session(m, 0.5, &alone[i]);
+    }
+    bool same = true;
+    for (int step = 0; step < 6 && rc == HYDRA_OK; step++) {
+        const int32_t *toks[N_SEQ];
+        size_t n[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            n[i] = step == 0 ? (size_t)(5 + 7 * i) : 1; /* prefill of 5, 12, 19, then decode */
+            toks[i] = r.prompt + 20 * i + step;
+        }
+        rc = hydra_session_eval_batch(batched, toks, n, N_SEQ);
+        for (int i = 0; i < N_SEQ && rc == HYDRA_OK; i++)
+            rc = hydra_session_eval(alone[i], toks[i], n[i], NULL);
+        for (int i = 0; i < N_SEQ && rc == HYDRA_OK; i++)
+            same = same && memcmp(hydra_session_logits(batched[i]), hydra_session_logits(alone[i]),
+                                  sizeof(float) * (size_t)r.n_vocab) == 0;
+    }
+    hydra_hybrid_stats st = {0};
+    if (rc == HYDRA_OK)
+        rc = hydra_session_hybrid_stats(batched[0], &st);
+    for (int i = 0; i < N_SEQ; i++) {
+        hydra_session_free(batched[i]);
+        hydra_session_free(alone[i]);
+    }
+    hydra_model_close(m);
+    CHECK_OK(rc);
+    CHECK(same);
+    CHECK_EQ_U64(st.decode_tokens, 5 * N_SEQ); /* the batch ran through the first session's split */
+}
+
+TEST(hybrid_session_refuses_bad_split_parameters)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    hydra_session *s = NULL;
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 64;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.resident_fraction = 1.5;
+    const hydra_status frac = hydra_session_create(&s, m, &p);
+    p.resident_fraction = 0.5;
+    p.backend = HYDRA_BACKEND_CUDA;
+    const hydra_status backend = hydra_session_create(&s, m, &p);
+    p.backend = HYDRA_BACKEND_CPU;
+    p.hybrid = (hydra_hybrid_mode)7;
+    const hydra_status mode = hydra_session_create(&s, m, &p);
+    hydra_model_close(m);
+    CHECK_EQ_INT(frac, HYDRA_ERR_INVALID_ARG);
+    CHECK_EQ_INT(backend, HYDRA_ERR_INVALID_ARG);
+    CHECK_EQ_INT(mode, HYDRA_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+}
