@@ -6,6 +6,7 @@
  *   hydra-mkmodel -o big.gguf --preset qwen3-30b-a3b --layers 4
  *   hydra-mkmodel -o mix.gguf --arch llama --experts 16 --type F16
  *   hydra-mkmodel -o bench.gguf --preset qwen3moe-bench      (Q4_K_M, 1.85 GiB)
+ *   hydra-mkmodel -o 30b.gguf --preset qwen3-30b-a3b --type Q4_K_M --fast --router-skew 1
  *
  * Exit status: 0 written, 1 the file could not be written, 2 bad arguments.
  */
@@ -50,8 +51,10 @@ typedef struct mk_opts {
     const char *arch;
     const char *type;
     const char *seed;
+    const char *router_skew;
     const char *u32_values[N_U32_OPTIONS]; /* NULL: keep the preset's */
     bool help;
+    bool fast;
 } mk_opts;
 
 static void usage(FILE *fp)
@@ -73,7 +76,12 @@ static void usage(FILE *fp)
     fprintf(fp, "\n                      or a llama-quantize mix:");
     for (int m = SYNTH_MIX_NONE + 1; synth_mix_name((synth_mix)m) != NULL; m++)
         fprintf(fp, " %s", synth_mix_name((synth_mix)m));
-    fprintf(fp, "\n  --seed S            random seed (same seed, same file)\n  -h, --help          this text\n\npresets:\n");
+    fprintf(fp, "\n  --seed S            random seed (same seed, same file)\n"
+                "  --fast              weight rows copied from %d rows quantised once per tensor: random valid\n"
+                "                      blocks at disk speed, for benchmarks (not for accuracy)\n"
+                "  --router-skew S     Zipf-like expert popularity, exponent ~S (0 .. %g; default 0: uniform)\n"
+                "  -h, --help          this text\n\npresets:\n",
+            SYNTH_FAST_POOL_ROWS, (double)SYNTH_MAX_ROUTER_SKEW);
     for (size_t i = 0; i < synth_preset_count(); i++)
         fprintf(fp, "  %-15s %s\n", synth_preset_name(i), synth_preset_summary(i));
 }
@@ -96,6 +104,7 @@ static const char **value_slot(mk_opts *o, const char *flag)
         {"-o", offsetof(mk_opts, out)},           {"--output", offsetof(mk_opts, out)},
         {"--preset", offsetof(mk_opts, preset)},  {"--arch", offsetof(mk_opts, arch)},
         {"--type", offsetof(mk_opts, type)},      {"--seed", offsetof(mk_opts, seed)},
+        {"--router-skew", offsetof(mk_opts, router_skew)},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (strcmp(flag, named[i].flag) == 0)
@@ -112,6 +121,10 @@ static int parse_args(int argc, char **argv, mk_opts *o)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             o->help = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--fast") == 0) {
+            o->fast = true;
             continue;
         }
         const char **slot = value_slot(o, argv[i]);
@@ -134,6 +147,17 @@ static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
     if (s[0] == '-' || s[0] == '\0' || *end != '\0' || errno != 0 || v > max)
         return false;
     *out = v;
+    return true;
+}
+
+static bool parse_skew(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (s[0] == '\0' || *end != '\0' || errno != 0 || !(v >= 0 && v <= SYNTH_MAX_ROUTER_SKEW))
+        return false;
+    *out = (float)v;
     return true;
 }
 
@@ -178,6 +202,9 @@ static int build_params(const mk_opts *o, synth_params *p)
         return bad_arg("--type: unknown tensor type or mix '%s'", o->type);
     if (o->seed && !parse_u64(o->seed, UINT64_MAX, &p->seed))
         return bad_arg("--seed needs a whole number, not '%s'", o->seed);
+    if (o->router_skew && !parse_skew(o->router_skew, &p->router_skew))
+        return bad_arg("--router-skew needs a number from 0 to 8, not '%s'", o->router_skew);
+    p->fast = o->fast;
     if (synth_check(p) != HYDRA_OK)
         return bad_arg("%s", hydra_last_error());
     return 0;

@@ -247,6 +247,9 @@ static hydra_status plan_build(plan *pl, const synth_params *p)
     if (p->mix != SYNTH_MIX_NONE)
         pl->p.type = synth_mix_base_type(p->mix);
     hydra_status st = check_type(pl->p.type);
+    if (st == HYDRA_OK && !(p->router_skew >= 0 && p->router_skew <= SYNTH_MAX_ROUTER_SKEW))
+        st = hydra_fail(HYDRA_ERR_INVALID_ARG, "synthetic model: router skew %g outside 0 .. %g", (double)p->router_skew,
+                        (double)SYNTH_MAX_ROUTER_SKEW);
     if (st == HYDRA_OK)
         st = check_rules(pl->arch, p);
     if (st == HYDRA_OK)
@@ -299,8 +302,12 @@ static const struct {
 
 static hydra_status add_general_keys(gguf_writer *w, const plan *pl)
 {
-    char name[128];
-    snprintf(name, sizeof name, "hydra synthetic %s (random weights, seed %" PRIu64 ")", pl->arch->name, pl->p.seed);
+    char name[160], style[64] = "";
+    if (pl->p.fast || pl->p.router_skew > 0)
+        snprintf(style, sizeof style, "%s, router skew %g", pl->p.fast ? ", fast pool rows" : "",
+                 (double)pl->p.router_skew);
+    snprintf(name, sizeof name, "hydra synthetic %s (random weights, seed %" PRIu64 "%s)", pl->arch->name, pl->p.seed,
+             style);
     gguf_writer_add_str(w, "general.architecture", pl->arch->name);
     gguf_writer_add_str(w, "general.type", "model");
     gguf_writer_add_str(w, "general.name", name);
@@ -364,7 +371,8 @@ static hydra_status write_bytes(const void *bytes, size_t n, void *user)
 static hydra_status write_data(gguf_writer *w, const plan *pl)
 {
     synth_weights *gen;
-    hydra_status st = synth_weights_create(&gen, (int)pl->p.n_threads);
+    const synth_weight_style style = {.fast = pl->p.fast, .router_skew = pl->p.router_skew};
+    hydra_status st = synth_weights_create(&gen, (int)pl->p.n_threads, &style);
     sink_state sink = {.w = w, .p = &pl->p, .total = pl->data_bytes};
     for (size_t i = 0; i < pl->n_tensors && st == HYDRA_OK; i++) {
         const planned_tensor *t = &pl->tensors[i];

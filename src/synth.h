@@ -30,7 +30,14 @@ typedef bool (*synth_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, voi
  * matrices in the mix's base type (Q4_K for Q4_K_M), some in wider types
  * by llama.cpp's rules (synth_mix.c: output.weight, part of attn_v and of
  * ffn_down in Q6_K, ...). */
-typedef enum synth_mix { SYNTH_MIX_NONE = 0, SYNTH_MIX_Q4_K_M, SYNTH_MIX_Q5_K_M } synth_mix;
+/* The largest router_skew synth_check accepts (beyond it nearly every
+ * token picks the same k experts). */
+#define SYNTH_MAX_ROUTER_SKEW 8.0f
+
+/* Rows quantised per weight matrix in the fast style (synth_params.fast). */
+enum { SYNTH_FAST_POOL_ROWS = 256 };
+
+typedef enum synth_mix { SYNTH_MIX_NONE = 0, SYNTH_MIX_Q4_K_M, SYNTH_MIX_Q5_K_M, SYNTH_MIX_IQ2_XXS_EXPS } synth_mix;
 
 typedef struct synth_params {
     const char *arch;          /* "qwen3moe", "llama", "qwen2moe", "deepseek2", "gpt-oss" */
@@ -53,6 +60,11 @@ typedef struct synth_params {
     synth_mix mix;             /* SYNTH_MIX_NONE: every weight matrix in `type`; otherwise the mix
                                   picks each matrix's type and `type` is ignored */
     uint64_t seed;
+    bool fast;                 /* weight matrices' rows copied from a pool of rows quantised once per
+                                  tensor: random valid blocks written at disk speed, for benchmarks only
+                                  (synth_weights.h) */
+    float router_skew;         /* 0: uniform expert popularity; S > 0: roughly Zipf with exponent ~S
+                                  (synth_weights.h; measured in docs/HYBRID.md) */
     uint32_t n_threads;        /* generating threads; 0 = one per processor (the bytes do not depend on it) */
     synth_progress_fn progress; /* optional */
     void *progress_user;

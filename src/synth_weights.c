@@ -3,7 +3,9 @@
  * reference quantisers of the K and IQ formats cost ~200 ns a value, so a
  * 30 B-parameter file takes hours on one core; the pool's threads each
  * generate and quantise whole chunks of a batch, then the caller writes
- * the batch.
+ * the batch.  The fast style quantises a pool of rows per tensor in
+ * parallel and copies them; the skewed router adds a shared direction to
+ * the token embeddings and a ranked multiple of it to each router row.
  */
 #include "synth_weights.h"
 
@@ -14,6 +16,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 enum {
@@ -21,16 +24,28 @@ enum {
     CHUNKS_PER_THREAD = 4,   /* a batch: a few chunks per thread between writes */
 };
 
+/* The embedding's share along the skew direction: a unit vector beside a
+ * token part of norm ~1 (std 1/sqrt(n_embd) per value), so the normed
+ * state starts at 45 degrees to it. */
+static const float SKEW_EMBD_SHARE = 1.0f;
+
 struct synth_weights {
     thread_pool *pool;
     int n_threads;
+    synth_weight_style style;
+    float *dir;          /* the skew direction, unit norm */
+    uint64_t dir_bytes;
+    float *row_coef;     /* per row: the multiple of dir added */
+    uint64_t coef_bytes;
+    uint8_t *pool_rows;  /* fast style: the tensor's quantised pool */
+    uint64_t pool_cap;
     float *values;       /* each thread's chunk before quantising */
     uint64_t values_bytes;
     uint8_t *bytes;      /* one batch, quantised */
     uint64_t bytes_cap;
 };
 
-hydra_status synth_weights_create(synth_weights **out, int n_threads)
+hydra_status synth_weights_create(synth_weights **out, int n_threads, const synth_weight_style *style)
 {
     *out = NULL;
     if (n_threads <= 0) {
@@ -41,6 +56,8 @@ hydra_status synth_weights_create(synth_weights **out, int n_threads)
     if (w == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "synthetic weights: out of memory");
     w->n_threads = n_threads;
+    if (style != NULL)
+        w->style = *style;
     hydra_status st = pool_create(&w->pool, n_threads);
     if (st != HYDRA_OK) {
         free(w);
@@ -57,6 +74,9 @@ void synth_weights_free(synth_weights *w)
     pool_destroy(w->pool);
     free(w->values);
     free(w->bytes);
+    free(w->dir);
+    free(w->row_coef);
+    free(w->pool_rows);
     free(w);
 }
 
@@ -109,6 +129,55 @@ static void fill_values(float *v, uint64_t n, const synth_weight_tensor *t, uint
         v[i] = offset + scale * unit_normal(&state);
 }
 
+/* ------------------------------------------------------------ skew */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The tensors the skew touches, by their llama.cpp names: the token
+ * embeddings and the MoE routers (not the shared expert's gate,
+ * ffn_gate_inp_shexp). */
+static bool is_embedding(const synth_weight_tensor *t) { return strcmp(t->name, "token_embd.weight") == 0; }
+static bool is_router(const synth_weight_tensor *t) { return ends_with(t->name, "ffn_gate_inp.weight"); }
+
+/* The shared unit direction, from the file's seed alone. */
+static void skew_direction(float *dir, uint64_t n, uint64_t seed)
+{
+    uint64_t state = tensor_seed(seed, "hydra.router_skew.direction");
+    double norm2 = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        dir[i] = unit_normal(&state);
+        norm2 += (double)dir[i] * dir[i];
+    }
+    float inv = norm2 > 0 ? (float)(1.0 / sqrt(norm2)) : 0.0f;
+    for (uint64_t i = 0; i < n; i++)
+        dir[i] *= inv;
+}
+
+/* Router rows: b_e / sqrt(n_embd) with b_e = -S ln(1 + rank_e), centred,
+ * rank_e from a Fisher-Yates permutation seeded by the tensor (so every
+ * layer ranks its experts differently).  coef is scratch for the ranks. */
+static void router_coefs(float *coef, uint64_t n_rows, uint64_t row_len, float skew, uint64_t tensor_state)
+{
+    uint64_t state = tensor_state ^ 0x5ca1ab1e5ca1ab1eu;
+    for (uint64_t r = 0; r < n_rows; r++)
+        coef[r] = (float)r;
+    for (uint64_t r = n_rows; r > 1; r--) {
+        uint64_t j = splitmix64(&state) % r;
+        float tmp = coef[r - 1];
+        coef[r - 1] = coef[j], coef[j] = tmp;
+    }
+    double mean = 0;
+    for (uint64_t r = 0; r < n_rows; r++)
+        mean += log1p((double)coef[r]);
+    mean /= (double)n_rows;
+    for (uint64_t r = 0; r < n_rows; r++)
+        coef[r] = (float)(-(double)skew * (log1p((double)coef[r]) - mean) / sqrt((double)row_len));
+}
+
 /* ------------------------------------------------------------ batches */
 
 typedef struct batch {
@@ -120,19 +189,71 @@ typedef struct batch {
     float *values;                  /* per thread: values_stride floats */
     uint64_t values_stride;
     uint8_t *bytes;
+    const float *dir;               /* NULL: no skew in this tensor */
+    const float *row_coef;          /* per row multiple of dir; NULL: SKEW_EMBD_SHARE for every row */
+    const uint8_t *pool;            /* fast style: pool_rows quantised rows; NULL: quantise every row */
+    uint64_t pool_rows;
 } batch;
+
+/* Adds the skew direction to rows row0 .. row0 + rows - 1 held in v. */
+static void add_direction(const batch *b, float *v, uint64_t row0, uint64_t rows)
+{
+    if (b->dir == NULL)
+        return;
+    for (uint64_t r = 0; r < rows; r++) {
+        float coef = b->row_coef ? b->row_coef[row0 + r] : SKEW_EMBD_SHARE;
+        for (uint64_t i = 0; i < b->t->row_len; i++)
+            v[r * b->t->row_len + i] += coef * b->dir[i];
+    }
+}
+
+static uint64_t chunk_rows_of(const batch *b, uint64_t chunk)
+{
+    uint64_t row0 = chunk * b->chunk_rows;
+    return b->t->n_rows - row0 < b->chunk_rows ? b->t->n_rows - row0 : b->chunk_rows;
+}
+
+/* Quantises the rows of one chunk from their seeded values. */
+static void quantise_chunk(const batch *b, float *v, uint64_t chunk, uint8_t *out)
+{
+    uint64_t rows = chunk_rows_of(b, chunk), n = rows * b->t->row_len;
+    fill_values(v, n, b->t, chunk_seed(b->tensor_state, chunk));
+    add_direction(b, v, chunk * b->chunk_rows, rows);
+    b->qt->from_float(v, out, (int64_t)n);
+}
+
+/* Fills one chunk with pool rows, each pick drawn from the chunk's seed
+ * (a stream apart from the pool's own seeds, which are chunk_seed of the
+ * pool row index with the tensor state's complement). */
+static void copy_chunk(const batch *b, uint64_t chunk, uint8_t *out)
+{
+    uint64_t state = chunk_seed(b->tensor_state, chunk);
+    for (uint64_t r = 0, rows = chunk_rows_of(b, chunk); r < rows; r++)
+        memcpy(out + r * b->row_bytes, b->pool + (splitmix64(&state) % b->pool_rows) * b->row_bytes, b->row_bytes);
+}
 
 static void batch_task(void *ctx, int thread, int n_threads)
 {
     const batch *b = ctx;
     float *v = b->values + (uint64_t)thread * b->values_stride;
     for (uint64_t c = (uint64_t)thread; c < b->n_chunks; c += (uint64_t)n_threads) {
-        uint64_t chunk = b->first_chunk + c, row0 = chunk * b->chunk_rows;
-        uint64_t rows = b->t->n_rows - row0 < b->chunk_rows ? b->t->n_rows - row0 : b->chunk_rows;
-        uint64_t n = rows * b->t->row_len;
-        fill_values(v, n, b->t, chunk_seed(b->tensor_state, chunk));
-        b->qt->from_float(v, b->bytes + c * b->chunk_rows * b->row_bytes, (int64_t)n);
+        uint8_t *out = b->bytes + c * b->chunk_rows * b->row_bytes;
+        if (b->pool != NULL)
+            copy_chunk(b, b->first_chunk + c, out);
+        else
+            quantise_chunk(b, v, b->first_chunk + c, out);
     }
+}
+
+/* The fast style's pool: row i drawn as a one-row chunk of its own seed. */
+static void pool_task(void *ctx, int thread, int n_threads)
+{
+    const batch *b = ctx;
+    float *v = b->values + (uint64_t)thread * b->values_stride;
+    batch one = *b;
+    one.chunk_rows = 1, one.tensor_state = ~b->tensor_state, one.row_coef = NULL;
+    for (uint64_t i = (uint64_t)thread; i < b->pool_rows; i += (uint64_t)n_threads)
+        quantise_chunk(&one, v, i, (uint8_t *)b->pool + i * b->row_bytes);
 }
 
 static hydra_status grow(void **buf, uint64_t *cap, uint64_t need)
@@ -157,6 +278,38 @@ static hydra_status prepare(synth_weights *w, batch *b, uint64_t chunks_per_batc
     return st;
 }
 
+/* The skew's buffers for an embedding or router tensor. */
+static hydra_status prepare_skew(synth_weights *w, batch *b, uint64_t seed)
+{
+    const synth_weight_tensor *t = b->t;
+    bool router = is_router(t);
+    if (w->style.router_skew <= 0 || !(router || is_embedding(t)))
+        return HYDRA_OK;
+    hydra_status st = grow((void **)&w->dir, &w->dir_bytes, t->row_len * sizeof(float));
+    if (st == HYDRA_OK && router)
+        st = grow((void **)&w->row_coef, &w->coef_bytes, t->n_rows * sizeof(float));
+    if (st != HYDRA_OK)
+        return st;
+    skew_direction(w->dir, t->row_len, seed);
+    if (router)
+        router_coefs(w->row_coef, t->n_rows, t->row_len, w->style.router_skew, b->tensor_state);
+    b->dir = w->dir, b->row_coef = router ? w->row_coef : NULL;
+    return HYDRA_OK;
+}
+
+/* The fast style's pool for a weight matrix with more rows than the pool. */
+static hydra_status prepare_pool(synth_weights *w, batch *b)
+{
+    if (!w->style.fast || b->t->role != SR_WEIGHT || b->t->n_rows <= SYNTH_FAST_POOL_ROWS)
+        return HYDRA_OK;
+    hydra_status st = grow((void **)&w->pool_rows, &w->pool_cap, SYNTH_FAST_POOL_ROWS * b->row_bytes);
+    if (st != HYDRA_OK)
+        return st;
+    b->pool = w->pool_rows, b->pool_rows = SYNTH_FAST_POOL_ROWS;
+    pool_run(w->pool, pool_task, b);
+    return HYDRA_OK;
+}
+
 hydra_status synth_weights_stream(synth_weights *w, const synth_weight_tensor *t, uint64_t seed, synth_sink_fn sink,
                                   void *user)
 {
@@ -168,6 +321,10 @@ hydra_status synth_weights_stream(synth_weights *w, const synth_weight_tensor *t
     uint64_t n_chunks = (t->n_rows + b.chunk_rows - 1) / b.chunk_rows;
     uint64_t per_batch = (uint64_t)w->n_threads * CHUNKS_PER_THREAD;
     hydra_status st = prepare(w, &b, per_batch);
+    if (st == HYDRA_OK)
+        st = prepare_skew(w, &b, seed);
+    if (st == HYDRA_OK)
+        st = prepare_pool(w, &b);
     for (uint64_t c = 0; c < n_chunks && st == HYDRA_OK; c += per_batch) {
         b.first_chunk = c;
         b.n_chunks = n_chunks - c < per_batch ? n_chunks - c : per_batch;

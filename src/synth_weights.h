@@ -5,6 +5,21 @@
  * is cut into chunks of a fixed number of rows and every chunk has its own
  * seed, so the bytes depend on the seed and the tensor alone, never on the
  * number of threads.
+ *
+ * Two options change what is drawn (synth_weight_style):
+ *  - fast: a weight matrix's rows are copies of a small pool of
+ *    SYNTH_FAST_POOL_ROWS rows quantised once per tensor, each row's pick
+ *    drawn from the chunk's seed, so a file is written at the speed of
+ *    memcpy and the disk instead of the reference quantisers' ~200 ns a
+ *    value.  The blocks are valid and random; the matrices have low rank
+ *    (benchmarks only, never accuracy).
+ *  - router_skew S > 0: expert popularity like trained models' (roughly
+ *    Zipf).  Every token embedding gets a shared unit direction m; row e of
+ *    every MoE router gets b_e * m / sqrt(n_embd), with b_e = -S * ln(1 +
+ *    rank_e) centred over the layer, rank_e a per-layer random permutation.
+ *    The normed hidden state keeps a component along m, so expert e's logit
+ *    carries a bias proportional to b_e; under Gumbel-like noise a bias of
+ *    -S ln(rank) gives a top-1 frequency ~ rank^-S.
  */
 #ifndef HYDRA_SYNTH_WEIGHTS_H
 #define HYDRA_SYNTH_WEIGHTS_H
@@ -12,6 +27,7 @@
 #include "hydra.h"
 #include "synth_arch.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,10 +42,15 @@ typedef struct synth_weight_tensor {
 /* Receives the tensor's bytes in order; a failure stops the stream. */
 typedef hydra_status (*synth_sink_fn)(const void *bytes, size_t n, void *user);
 
+typedef struct synth_weight_style {
+    bool fast;         /* weight matrices from a pool of quantised rows */
+    float router_skew; /* 0: routers as drawn (uniform popularity) */
+} synth_weight_style;
+
 typedef struct synth_weights synth_weights;
 
-/* n_threads 0: one per online processor. */
-hydra_status synth_weights_create(synth_weights **out, int n_threads);
+/* n_threads 0: one per online processor.  style NULL: neither option. */
+hydra_status synth_weights_create(synth_weights **out, int n_threads, const synth_weight_style *style);
 void synth_weights_free(synth_weights *w); /* NULL allowed */
 
 /* Generates one tensor's data and hands it to sink, batch by batch. */
