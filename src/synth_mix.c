@@ -52,6 +52,15 @@ static const mix_rule k_m_rules[] = {
     {"ffn_down", false, MW_MORE_BITS, true, QT_Q6_K},
 };
 
+/* Not llama-quantize's: the "dynamic" low-bit mix of the popular DeepSeek
+ * and Kimi downloads (issue 11), routed experts (ffn_*_exps) in IQ2_XXS,
+ * attention and shared experts in Q4_K, output and attn_v in Q6_K. */
+static const mix_rule iq2_xxs_exps_rules[] = {
+    {"output.weight", true, MW_ALWAYS, false, QT_Q6_K},
+    {"attn_v.weight", false, MW_ALWAYS, false, QT_Q6_K},
+    {"_exps.weight", false, MW_ALWAYS, false, QT_IQ2_XXS},
+};
+
 typedef struct mix_def {
     const char *name;
     uint32_t base;      /* every weight matrix no rule changes */
@@ -63,6 +72,8 @@ typedef struct mix_def {
 static const mix_def mixes[] = {
     [SYNTH_MIX_Q4_K_M] = {"Q4_K_M", QT_Q4_K, 15, k_m_rules, sizeof k_m_rules / sizeof k_m_rules[0]},
     [SYNTH_MIX_Q5_K_M] = {"Q5_K_M", QT_Q5_K, 17, k_m_rules, sizeof k_m_rules / sizeof k_m_rules[0]},
+    [SYNTH_MIX_IQ2_XXS_EXPS] = {"IQ2_XXS_EXPS", QT_Q4_K, 19, iq2_xxs_exps_rules,
+                                sizeof iq2_xxs_exps_rules / sizeof iq2_xxs_exps_rules[0]},
 };
 enum { N_MIXES = sizeof mixes / sizeof mixes[0] };
 

@@ -133,3 +133,33 @@ TEST(synth_mix_names_resolve)
     p.mix = (synth_mix)99;
     CHECK(synth_check(&p) != HYDRA_OK);
 }
+
+/* The IQ2_XXS-experts mix (issue 11): routed experts IQ2_XXS, attn_v and
+ * output Q6_K, everything else that is quantised Q4_K. */
+TEST(synth_mix_iq2_xxs_exps_puts_experts_in_iq2_xxs)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("qwen3moe-bench", &p));
+    p.n_layer = 2, p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.head_dim = 64, p.n_expert = 8;
+    p.n_expert_used = 2, p.n_ff_exp = 256, p.n_vocab = 512;
+    CHECK(synth_mix_find("iq2_xxs_exps", &p.mix));
+    CHECK_EQ_INT(p.mix, SYNTH_MIX_IQ2_XXS_EXPS);
+    const char *path = util_scratch_path("mix-iq2_xxs_exps.gguf");
+    CHECK_OK(synth_write(path, &p));
+    hydra_model *m;
+    CHECK_OK(open_path(path, &m));
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } want[] = {{"blk.1.ffn_gate_exps.weight", QT_IQ2_XXS}, {"blk.1.ffn_up_exps.weight", QT_IQ2_XXS},
+                {"blk.0.ffn_down_exps.weight", QT_IQ2_XXS}, {"blk.0.attn_v.weight", QT_Q6_K},
+                {"blk.1.attn_q.weight", QT_Q4_K},           {"blk.0.attn_output.weight", QT_Q4_K},
+                {"output.weight", QT_Q6_K},                 {"token_embd.weight", QT_Q4_K}};
+    char why[128] = "";
+    for (size_t i = 0; i < sizeof want / sizeof want[0] && why[0] == '\0'; i++)
+        if (type_of(m, want[i].name) != want[i].type)
+            snprintf(why, sizeof why, "%s: type %u, want %u", want[i].name, type_of(m, want[i].name), want[i].type);
+    hydra_model_close(m);
+    if (why[0] != '\0')
+        FAIL("%s", why);
+}

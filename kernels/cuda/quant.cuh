@@ -371,10 +371,13 @@ static inline __host__ __device__ float gq_chunk_dot(const gq_chunk *c, const in
     return c->s[0] * (float)(d0 + d1) + c->m[0] * (float)(sum0 + sum1);
 }
 
+/* The lattice and ternary formats (IQ1..IQ3, TQ1_0, TQ2_0). */
+#include "quant_iq.cuh"
+
 /* Calls F<T>::run(args...) for a runtime type id; false for a type without
  * a GPU decoder. */
 #define GQ_FOR_EACH_QUANT(X)                                                                                   \
     X(GQ_Q4_0) X(GQ_Q4_1) X(GQ_Q5_0) X(GQ_Q5_1) X(GQ_Q8_0) X(GQ_Q2_K) X(GQ_Q3_K) X(GQ_Q4_K) X(GQ_Q5_K)     \
-        X(GQ_Q6_K) X(GQ_IQ4_NL) X(GQ_IQ4_XS) X(GQ_MXFP4)
+        X(GQ_Q6_K) X(GQ_IQ4_NL) X(GQ_IQ4_XS) X(GQ_MXFP4) GQ_FOR_EACH_IQ(X)
 
 #endif

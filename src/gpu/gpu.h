@@ -83,6 +83,10 @@ hydra_status gpu_copy_probe(int mib, int reps, double *gb_per_s);
 hydra_status gpu_check_linear(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
                               int n_tok, bool matmul, float *y, int8_t *xq, float *xd);
 
+/* out = the n_rows rows of n_cols values as the device decodes them
+ * (through the embedding kernel, which reads every type the kernels do). */
+hydra_status gpu_check_dequant(uint32_t type, const void *rows, int64_t n_rows, int64_t n_cols, float *out);
+
 /* The kernels' block decoders run on the host (no device needed): the 32
  * values of chunk c of a row, and the integer dot of that chunk with 32
  * activation bytes before the activation scale.  false when this build has

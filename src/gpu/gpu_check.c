@@ -79,6 +79,47 @@ hydra_status gpu_check_linear(uint32_t type, const void *w, int64_t n_rows, int6
     return st;
 }
 
+hydra_status gpu_check_dequant(uint32_t type, const void *rows, int64_t n_rows, int64_t n_cols, float *out)
+{
+    if (!gpu_available(NULL))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "no CUDA device");
+    uint64_t row_bytes = 0;
+    if (!quant_row_bytes(type, (uint64_t)n_cols, &row_bytes) || n_rows < 1 || n_rows > INT32_MAX)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "gpu_check_dequant: %lld rows of %lld columns of type %u",
+                          (long long)n_rows, (long long)n_cols, type);
+    const size_t w_bytes = (size_t)row_bytes * (size_t)n_rows, n_out = (size_t)n_rows * (size_t)n_cols;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_rows);
+    uint8_t *d_rows = NULL;
+    int32_t *d_ids = NULL;
+    float *d_out = NULL;
+    carve c = {0};
+    CARVE(&c, d_rows, w_bytes);
+    CARVE(&c, d_ids, sizeof(int32_t) * (size_t)n_rows);
+    CARVE(&c, d_out, sizeof(float) * n_out);
+    void *base = NULL;
+    hydra_status st = ids != NULL ? carve_alloc(&c, GPU_MEM_SCRATCH, &base, "dequant check")
+                                  : hydra_fail(HYDRA_ERR_NOMEM, "gpu_check_dequant: %lld row ids", (long long)n_rows);
+    if (st != HYDRA_OK) {
+        free(ids);
+        return st;
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        ids[r] = (int32_t)r;
+    const gk_mat m = {.data = d_rows, .type = type, .n_rows = n_rows, .n_cols = n_cols, .row_bytes = (size_t)row_bytes,
+                      .mat_bytes = w_bytes};
+    int e = gpuMemcpy(d_rows, rows, w_bytes, gpuMemcpyHostToDevice);
+    if (e == 0)
+        e = gpuMemcpy(d_ids, ids, sizeof(int32_t) * (size_t)n_rows, gpuMemcpyHostToDevice);
+    if (e == 0)
+        e = gk_embed(0, &m, d_ids, (int)n_rows, d_out);
+    if (e == 0)
+        e = gpuMemcpy(out, d_out, sizeof(float) * n_out, gpuMemcpyDeviceToHost);
+    st = e == 0 ? HYDRA_OK : gpu_fail((gpuError_t)e, "dequant check");
+    gpu_mem_free(GPU_MEM_SCRATCH, base, c.total);
+    free(ids);
+    return st;
+}
+
 bool gpu_host_decode_chunk(uint32_t type, const void *row, int c, float out[32])
 {
     return gk_host_decode_chunk(type, row, c, out);

@@ -92,6 +92,12 @@ hydra_status gpu_check_linear(uint32_t type, const void *w, int64_t n_rows, int6
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
+hydra_status gpu_check_dequant(uint32_t type, const void *rows, int64_t n_rows, int64_t n_cols, float *out)
+{
+    (void)type, (void)rows, (void)n_rows, (void)n_cols, (void)out;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
 bool gpu_host_decode_chunk(uint32_t type, const void *row, int c, float out[32])
 {
     (void)type, (void)row, (void)c, (void)out;
