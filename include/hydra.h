@@ -304,6 +304,33 @@ HYDRA_API void hydra_session_clear(hydra_session *session);
  * and evaluate again). */
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *session, uint32_t n_past);
 
+/* Saving and restoring a session's cache (hydra-serve's slot files): the
+ * positions evaluated so far with their keys and values, as a versioned
+ * byte stream (src/kv_state.h) that hydra_session_state_read puts back
+ * without evaluating anything; the restored session continues with the
+ * same logits as the saved one would.  The stream holds no checksum and
+ * no model identity: a file that keeps it adds both.  The callbacks return
+ * false to stop (a full disk, a short file). */
+typedef bool (*hydra_state_write_fn)(void *user, const void *data, size_t n);
+typedef bool (*hydra_state_read_fn)(void *user, void *data, size_t n);
+
+/* Bytes hydra_session_state_write writes now (0 without a session). */
+HYDRA_API uint64_t hydra_session_state_size(const hydra_session *session);
+
+/* Writes the cache of the hydra_session_n_past positions.  HYDRA_ERR_IO
+ * when write refuses bytes, HYDRA_ERR_UNSUPPORTED for a CUDA session. */
+HYDRA_API hydra_status hydra_session_state_write(const hydra_session *session, hydra_state_write_fn write,
+                                                 void *user);
+
+/* Replaces the session's cache with a stream's; afterwards n_past is the
+ * stream's and no logits are held (evaluate the next token).  The session
+ * must have the saved one's cache type and, where a model has sliding-window
+ * layers, its n_ctx and n_batch; its context must hold the positions.
+ * HYDRA_ERR_FORMAT for a damaged or short stream, HYDRA_ERR_UNSUPPORTED
+ * for a newer version, HYDRA_ERR_INVALID_ARG / HYDRA_ERR_RANGE (naming
+ * what) for another geometry; on any failure the session is cleared. */
+HYDRA_API hydra_status hydra_session_state_read(hydra_session *session, hydra_state_read_fn read, void *user);
+
 /* Engagement of the hybrid split, summed over the MoE layers.  Lookups
  * are routes (k per token); the decode counters cover only decode steps
  * (every sequence of the step one token), prefill has its own. */

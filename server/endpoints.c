@@ -339,6 +339,8 @@ static cJSON *slot_result(const slot_req *s, const task_out *out)
              cJSON_AddNumberToObject(o, k[1], (double)out->n_bytes) && timings != NULL &&
              cJSON_AddNumberToObject(timings, k[2], out->action_ms);
     }
+    if (ok && s->task->kind == TASK_SLOT_RESTORE)
+        ok = cJSON_AddNumberToObject(o, "n_evaluated", (double)out->n_evaluated) != NULL;
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

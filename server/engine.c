@@ -280,33 +280,47 @@ static void start_generate(engine *e, srv_task *t)
     slot_begin(s, e->model, t, keep, &e->ob);
 }
 
+/* A slot file into the slot: a version 2 file's keys and values are read
+ * back (nothing evaluated); a version 1 file's tokens are evaluated again,
+ * as a prefill with no reply, except the prefix the slot holds already. */
 static void start_restore(engine *e, slot *s, srv_task *t, task_out *r)
 {
-    hydra_token *tokens;
-    size_t n;
-    hydra_status st = slotfile_load(t->slot_file, e->model_hash, s->n_ctx, hydra_vocab_size(e->model), &tokens, &n,
-                                    &r->n_bytes);
+    const slotfile_target to = {e->model_hash, s->n_ctx, hydra_vocab_size(e->model), s->session};
+    slotfile_loaded in;
+    const double t0 = serve_now_ms();
+    hydra_status st = slotfile_load(t->slot_file, &to, &in);
+    if (hydra_session_n_past(s->session) < s->n_tokens)
+        s->n_tokens = hydra_session_n_past(s->session); /* a state that failed half way cleared the session */
     if (st != HYDRA_OK) {
         outbox_fail(&e->ob, t, status_of(st), "slot %d: %s", s->id, hydra_last_error());
         return;
     }
     free(t->prompt);
-    t->prompt = tokens;
-    t->n_prompt = n;
-    r->n_tokens = (long long)n;
-    size_t shared = 0;
-    while (shared < n && shared < s->n_tokens && s->tokens[shared] == tokens[shared])
-        shared++;
-    shared = cache_truncate(s, shared);
-    if (shared == n) { /* the slot holds it already */
+    t->prompt = in.tokens;
+    t->n_prompt = in.n;
+    r->n_tokens = (long long)in.n;
+    r->n_bytes = in.bytes;
+    if (in.restored) {
+        s->n_tokens = 0;
+        cache_append(s, in.tokens, in.n);
+        r->action_ms = serve_now_ms() - t0;
         outbox_done(&e->ob, t, FINISH_STOP, r);
         return;
     }
-    /* the cache is rebuilt by evaluating the tokens: a prefill with no reply */
+    size_t shared = 0;
+    while (shared < in.n && shared < s->n_tokens && s->tokens[shared] == in.tokens[shared])
+        shared++;
+    shared = cache_truncate(s, shared);
+    if (shared == in.n) { /* the slot holds it already */
+        outbox_done(&e->ob, t, FINISH_STOP, r);
+        return;
+    }
     s->task = t;
+    s->t_begin = t0;
     s->state = SLOT_PREFILL;
-    s->feed = tokens + shared;
-    s->n_feed = n - shared;
+    s->feed = in.tokens + shared;
+    s->n_feed = in.n - shared;
+    r->n_evaluated = (long long)s->n_feed;
     s->result = *r;
 }
 
@@ -319,7 +333,7 @@ static void start_slot_action(engine *e, srv_task *t)
     switch (t->kind) {
     case TASK_SLOT_SAVE:
         r.n_tokens = (long long)s->n_tokens;
-        st = slotfile_save(t->slot_file, e->model_hash, s->tokens, s->n_tokens, &r.n_bytes);
+        st = slotfile_save(t->slot_file, e->model_hash, s->tokens, s->n_tokens, s->session, &r.n_bytes);
         break;
     case TASK_SLOT_ERASE:
         r.n_tokens = (long long)s->n_tokens;

@@ -115,14 +115,32 @@ slot *cache_choose(slot *slots, int n_slots, const hydra_token *prompt, size_t n
 
 /* ------------------------------------------------------------ slotfile.c */
 
-/* Writes tokens[0, n) to path (a new file, replaced atomically); *bytes the
- * file's size.  HYDRA_OK, or a status with a message. */
+/* Writes tokens[0, n) and the session's keys and values of those
+ * positions (it must hold exactly n) to path (a new file, replaced
+ * atomically); *bytes the file's size.  HYDRA_OK, or a status with a
+ * message. */
 hydra_status slotfile_save(const char *path, uint64_t model_hash, const hydra_token *tokens, size_t n,
-                           long long *bytes);
+                           const hydra_session *session, long long *bytes);
 
-/* Reads a slot file: its tokens (malloc'd) if it is well-formed, its
- * checksum holds, it was saved from this model and fits max_tokens. */
-hydra_status slotfile_load(const char *path, uint64_t model_hash, size_t max_tokens, int32_t n_vocab,
-                           hydra_token **tokens, size_t *n, long long *bytes);
+/* Where a slot file is read into. */
+typedef struct slotfile_target {
+    uint64_t model_hash;
+    size_t max_tokens;
+    int32_t n_vocab;
+    hydra_session *session; /* receives the keys and values (a version 2 file) */
+} slotfile_target;
+
+typedef struct slotfile_loaded {
+    hydra_token *tokens; /* malloc'd */
+    size_t n;
+    bool restored;       /* the session now holds the tokens' positions; false: evaluate them (version 1) */
+    long long bytes;     /* the file's size */
+} slotfile_loaded;
+
+/* Reads a slot file if it is well-formed, its checksum holds (checked
+ * before anything is changed), it was saved from this model and fits
+ * max_tokens.  A failure while reading the keys and values leaves the
+ * session cleared. */
+hydra_status slotfile_load(const char *path, const slotfile_target *to, slotfile_loaded *out);
 
 #endif

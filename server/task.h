@@ -63,6 +63,7 @@ typedef struct task_out {
     int slot;           /* the slot that served it */
     long long n_bytes;  /* slot files: bytes written or read */
     long long n_tokens; /* slot files: tokens saved or restored; erase: tokens erased */
+    long long n_evaluated; /* restore: tokens evaluated again (a version 1 file); 0 when keys and values were read */
     double action_ms;   /* slot files: how long it took */
 } task_out;
 

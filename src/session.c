@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "forward.h"
+#include "kv_state.h"
 #include "gpu/gpu.h"
 #include "hybrid.h"
 #include "quant.h"
@@ -306,6 +307,37 @@ HYDRA_API void hydra_session_clear(hydra_session *s)
     s->n_past = 0;
     s->kv.n_written = 0;
     s->have_logits = false;
+}
+
+HYDRA_API uint64_t hydra_session_state_size(const hydra_session *s)
+{
+    return s != NULL && s->gpu == NULL ? kv_state_size(&s->kv, s->n_past) : 0;
+}
+
+HYDRA_API hydra_status hydra_session_state_write(const hydra_session *s, hydra_state_write_fn write, void *user)
+{
+    if (s == NULL || write == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_state_write: a session and a writer are required");
+    if (s->gpu != NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "saving the cache of a CUDA session");
+    return kv_state_write(&s->kv, s->n_past, write, user);
+}
+
+HYDRA_API hydra_status hydra_session_state_read(hydra_session *s, hydra_state_read_fn read, void *user)
+{
+    if (s == NULL || read == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_state_read: a session and a reader are required");
+    if (s->gpu != NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "restoring the cache of a CUDA session");
+    hydra_session_clear(s);
+    int64_t n_past = 0;
+    const hydra_status st = kv_state_read(&s->kv, read, user, &n_past);
+    if (st != HYDRA_OK) {
+        hydra_session_clear(s);
+        return st;
+    }
+    s->n_past = n_past;
+    return HYDRA_OK;
 }
 
 HYDRA_API hydra_status hydra_session_hybrid_stats(const hydra_session *s, hydra_hybrid_stats *out)

@@ -300,6 +300,53 @@ TEST(server_slot_save_and_restore)
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
+/* A slot action's JSON answer; NULL unless the status is 200. */
+static cJSON *slot_action(int port, int slot, const char *action, const char *filename)
+{
+    char path[64], body[256];
+    snprintf(path, sizeof path, "/slots/%d?action=%s", slot, action);
+    snprintf(body, sizeof body, "{\"filename\":\"%s\"}", filename);
+    ts_resp r;
+    if (!ts_request(port, "POST", path, NULL, body, &r))
+        return NULL;
+    cJSON *j = r.status == 200 ? ts_json(&r) : NULL;
+    ts_resp_free(&r);
+    return j;
+}
+
+/* The slot file holds the keys and values: restored into another slot it
+ * evaluates nothing, and the next request reuses it and answers the same. */
+TEST(server_slot_restore_reads_the_kv_cache)
+{
+    char dir[4096], args[4200], mk[4200];
+    snprintf(dir, sizeof dir, "%s", util_scratch_path("server-slots-kv"));
+    snprintf(args, sizeof args, "-np 2 --slot-save-path %s", dir);
+    snprintf(mk, sizeof mk, "mkdir -p %s", dir);
+    CHECK(system(mk) == 0);
+    test_server s;
+    reply a, b;
+    START(s, NULL, args);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}", PROMPT);
+    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    /* the request ran in one of the two slots: save both, keep the full one */
+    cJSON *saved[2] = {slot_action(s.port, 0, "save", "s0.slot"), slot_action(s.port, 1, "save", "s1.slot")};
+    const int n0 = number_at(saved[0], "n_saved", NULL), n1 = number_at(saved[1], "n_saved", NULL);
+    const int full = n0 > 0 ? 0 : 1, n_saved = n0 > 0 ? n0 : n1;
+    const int n_written = number_at(saved[full], "n_written", NULL);
+    cJSON_Delete(saved[0]);
+    cJSON_Delete(saved[1]);
+    SCHECK(s, n_saved == a.prompt_tokens + 5 && n_written > 40 + 4 * n_saved + 1000); /* tokens and their K/V rows */
+    SCHECK(s, erase_all(s.port, 2));
+    cJSON *restored = slot_action(s.port, 1 - full, "restore", full == 0 ? "s0.slot" : "s1.slot");
+    const int n_restored = number_at(restored, "n_restored", NULL), n_evaluated = number_at(restored, "n_evaluated", NULL);
+    cJSON_Delete(restored);
+    SCHECK(s, n_restored == n_saved && n_evaluated == 0);
+    SCHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&
+                  strcmp(a.text, b.text) == 0);
+    CHECK_EQ_INT(ts_stop(&s), 0);
+}
+
 TEST(server_metrics_count_tokens_and_latency)
 {
     test_server s;
