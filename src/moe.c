@@ -333,12 +333,57 @@ static bool same_format(uint32_t a, uint32_t b)
     return quant_traits_of(a)->vec_dot_type == quant_traits_of(b)->vec_dot_type;
 }
 
-/* One matrix-matrix product per expert over the tokens that chose it (a
- * matrix-vector product in decode, where each has one); outputs land in
- * s->y by slot, the route's place in the grouped order.  Fusing all
- * experts' rows of a decode step into one parallel region was measured:
- * no faster than these per-expert products, whose row chunks stream
- * better. */
+/* Experts chosen by one row each: the gate and up products of all of them
+ * in one parallel region, their down products in another (matvec_batch,
+ * bit-identical to matvec), their hidden rows packed at the front of
+ * h_gate/h_up.  In a step of several sequences (hydra-serve's decode) the
+ * tokens mostly choose different experts: per-expert products cost four
+ * regions per expert (gate, up, the hidden rows' conversion, down), each
+ * ending in a barrier that waits for a descheduled worker on a busy
+ * machine; here a layer's single-row experts cost three. */
+static void experts_single(thread_pool *pool, moe_scratch *s, const layer_weights *lw, const moe_route *routes,
+                           const uint8_t *xg, size_t sg, const uint8_t *xu, size_t su)
+{
+    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP], *down = &lw->w[W_MOE_DOWN];
+    const int64_t ff = down->ne[0], embd = down->ne[1];
+    matvec_item items[2 * s->n_expert];
+    int experts[s->n_expert];
+    int m = 0;
+    for (int e = 0; e < s->n_expert; e++) {
+        if (s->start[e + 1] - s->start[e] != 1)
+            continue;
+        const int32_t token = routes[s->order[s->start[e]]].token;
+        items[2 * m] = (matvec_item){gate->type, gate->data + (size_t)e * gate->mat_bytes, gate->row_bytes,
+                                     gate->ne[1], gate->ne[0], xg + (size_t)token * sg, s->h_gate + m * ff};
+        items[2 * m + 1] = (matvec_item){up->type, up->data + (size_t)e * up->mat_bytes, up->row_bytes, up->ne[1],
+                                         up->ne[0], xu + (size_t)token * su, s->h_up + m * ff};
+        experts[m++] = e;
+    }
+    if (m == 0)
+        return;
+    matvec_batch(pool, items, 2 * m);
+    for (int k = 0; k < m; k++) {
+        add_bias(s->h_gate + k * ff, expert_bias(&lw->w[W_MOE_GATE_BIAS], experts[k]), 1, ff);
+        add_bias(s->h_up + k * ff, expert_bias(&lw->w[W_MOE_UP_BIAS], experts[k]), 1, ff);
+    }
+    activate(s, m * ff);
+    act_set *h = hidden_for(s, ff);
+    act_bind(h, s->h_gate, m);
+    size_t stride;
+    const uint8_t *hq = act_for(h, pool, down->type, &stride);
+    for (int k = 0; k < m; k++)
+        items[k] = (matvec_item){down->type, down->data + (size_t)experts[k] * down->mat_bytes, down->row_bytes,
+                                 down->ne[1], ff, hq + (size_t)k * stride, s->y + (size_t)s->start[experts[k]] * embd};
+    matvec_batch(pool, items, m);
+    for (int k = 0; k < m; k++)
+        add_bias(s->y + (size_t)s->start[experts[k]] * embd, expert_bias(&lw->w[W_MOE_DOWN_BIAS], experts[k]), 1,
+                 embd);
+}
+
+/* One matrix-matrix product per expert chosen by several rows, over those
+ * rows (the type's multi-token kernel reads each weight block once for
+ * all of them), then the single-row experts together; outputs land in
+ * s->y by slot, the route's place in the grouped order. */
 static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x,
                             const moe_route *routes)
 {
@@ -350,7 +395,7 @@ static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weigh
     for (int e = 0; e < s->n_expert; e++) {
         const int32_t *idx = &s->order[s->start[e]];
         const int64_t n = s->start[e + 1] - s->start[e];
-        if (n == 0)
+        if (n < 2)
             continue;
         ffn_in(pool, gate, gate->data + (size_t)e * gate->mat_bytes, expert_bias(&lw->w[W_MOE_GATE_BIAS], e),
                gather(s, xg, sg, routes, idx, n), sg, n, s->h_gate);
@@ -361,6 +406,7 @@ static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weigh
         ffn_out(pool, s, down, down->data + (size_t)e * down->mat_bytes, expert_bias(&lw->w[W_MOE_DOWN_BIAS], e), n,
                 s->y + (size_t)s->start[e] * embd);
     }
+    experts_single(pool, s, lw, routes, xg, sg, xu, su);
 }
 
 void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x, const moe_route *routes,
