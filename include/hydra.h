@@ -370,6 +370,18 @@ HYDRA_API hydra_status hydra_session_hybrid_layer_stats(const hydra_session *ses
 /* Zeroes the counters (not the slot tables). */
 HYDRA_API void hydra_session_hybrid_reset_stats(hydra_session *session);
 
+/* Expert profiling (hydra-run --profile-experts, docs/HYBRID.md): from
+ * now on every step counts each MoE layer's expert lookups (k per token),
+ * and with trace_tokens > 0 also keeps the experts of the first
+ * trace_tokens tokens of every layer, in order (the slab policy
+ * simulator's input).  Turning it on again restarts it; off drops it.
+ * HYDRA_ERR_UNSUPPORTED on the CUDA backend. */
+HYDRA_API hydra_status hydra_session_set_expert_profile(hydra_session *session, bool on, uint32_t trace_tokens);
+/* Writes the counts as a pin file (trace false: "layer expert count", most
+ * used first) or the trace (true).  HYDRA_ERR_INVALID_ARG when profiling
+ * is off (or, for a trace, was started without one). */
+HYDRA_API hydra_status hydra_session_save_expert_profile(const hydra_session *session, const char *path, bool trace);
+
 /* Bytes of the session's KV cache, every layer: n_ctx rows per layer of
  * the K and V rows the architecture caches (MLA: the compressed latent and
  * the RoPE key, kv_lora_rank + rope dims per position), fewer for

@@ -42,6 +42,8 @@ void expert_rank_free(expert_rank *r)
     free(r->moe);
     free(r->count);
     free(r->tokens);
+    free(r->trace_len);
+    free(r->trace);
     memset(r, 0, sizeof *r);
 }
 
@@ -49,6 +51,8 @@ void expert_rank_clear(expert_rank *r)
 {
     memset(r->count, 0, sizeof *r->count * (size_t)r->n_layer * (size_t)r->n_expert);
     memset(r->tokens, 0, sizeof *r->tokens * (size_t)r->n_layer);
+    if (r->trace_len != NULL)
+        memset(r->trace_len, 0, sizeof *r->trace_len * (size_t)r->n_layer);
 }
 
 void expert_rank_add(expert_rank *r, int layer, const moe_route *routes, int64_t n_routes, int k)
@@ -61,6 +65,13 @@ void expert_rank_add(expert_rank *r, int layer, const moe_route *routes, int64_t
             row[routes[i].expert]++;
     if (k > 0)
         r->tokens[layer] += (uint64_t)(n_routes / k);
+    if (r->trace_cap == 0 || k != r->k)
+        return;
+    for (int64_t t = 0; t + k <= n_routes && r->trace_len[layer] < r->trace_cap; t += k) {
+        int32_t *dst = r->trace + ((size_t)layer * r->trace_cap + r->trace_len[layer]++) * (size_t)k;
+        for (int i = 0; i < k; i++)
+            dst[i] = routes[t + i].expert;
+    }
 }
 
 /* ------------------------------------------------------------ ranking */
@@ -315,12 +326,11 @@ hydra_status expert_rank_parse(expert_rank *r, const char *text, size_t len, con
     return st;
 }
 
-/* The whole file, NUL-terminated; *len its bytes. */
-static hydra_status read_file(const char *path, char **text, size_t *len)
+hydra_status expert_rank_read_text(const char *path, char **text, size_t *len)
 {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL)
-        return hydra_fail(HYDRA_ERR_IO, "pin file %s: cannot read: %s", path, strerror(errno));
+        return hydra_fail(HYDRA_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
     char *buf = NULL;
     size_t n = 0, cap = 0;
     hydra_status st = HYDRA_OK;
@@ -328,13 +338,13 @@ static hydra_status read_file(const char *path, char **text, size_t *len)
         if (n == cap) {
             size_t grown = cap ? cap * 2 : 4096;
             if (grown > EXPERT_RANK_MAX_FILE) {
-                st = hydra_fail(HYDRA_ERR_FORMAT, "pin file %s: larger than %d MiB (not a pin file)", path,
+                st = hydra_fail(HYDRA_ERR_FORMAT, "%s: larger than %d MiB (not a pin file or trace)", path,
                                 EXPERT_RANK_MAX_FILE >> 20);
                 break;
             }
             char *p = realloc(buf, grown + 1);
             if (p == NULL) {
-                st = hydra_fail(HYDRA_ERR_NOMEM, "pin file %s: out of memory", path);
+                st = hydra_fail(HYDRA_ERR_NOMEM, "%s: out of memory", path);
                 break;
             }
             buf = p, cap = grown;
@@ -345,14 +355,14 @@ static hydra_status read_file(const char *path, char **text, size_t *len)
             break;
     }
     if (st == HYDRA_OK && ferror(fp))
-        st = hydra_fail(HYDRA_ERR_IO, "pin file %s: read error: %s", path, strerror(errno));
+        st = hydra_fail(HYDRA_ERR_IO, "%s: read error: %s", path, strerror(errno));
     fclose(fp);
     if (st != HYDRA_OK) {
         free(buf);
         return st;
     }
     if (buf == NULL && (buf = malloc(1)) == NULL)
-        return hydra_fail(HYDRA_ERR_NOMEM, "pin file %s: out of memory", path);
+        return hydra_fail(HYDRA_ERR_NOMEM, "%s: out of memory", path);
     buf[n] = '\0';
     *text = buf, *len = n;
     return HYDRA_OK;
@@ -362,7 +372,7 @@ hydra_status expert_rank_load(expert_rank *r, const char *path)
 {
     char *text = NULL;
     size_t len = 0;
-    hydra_status st = read_file(path, &text, &len);
+    hydra_status st = expert_rank_read_text(path, &text, &len);
     if (st != HYDRA_OK) {
         expert_rank_clear(r);
         return st;

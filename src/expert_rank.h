@@ -55,6 +55,13 @@ typedef struct expert_rank {
     uint8_t *moe;       /* n_layer: 1 where the layer has experts */
     uint64_t *count;    /* n_layer x n_expert lookups, layer-major */
     uint64_t *tokens;   /* n_layer: tokens routed through the layer (expert_rank_add's n_routes / k) */
+    /* Optional routing trace (the slab policy simulator's input,
+     * src/expert_trace.c): the k experts of each of the first trace_cap
+     * tokens of every layer, in the order they were recorded. */
+    int k;               /* routes per token of the trace */
+    uint64_t trace_cap;  /* 0: no trace */
+    uint64_t *trace_len; /* n_layer: tokens recorded */
+    int32_t *trace;      /* n_layer x trace_cap x k */
 } expert_rank;
 
 /* Zero counts for n_layer layers of n_expert experts.  moe_layers: n_layer
@@ -71,7 +78,8 @@ static inline uint64_t expert_rank_count(const expert_rank *r, int layer, int ex
 /* Records the routes of one step of one layer: +1 per route's expert.  k
  * is the routes per token (tokens += n_routes / k).  No allocation; routes
  * with an expert id out of range are ignored (moe_select never makes
- * them). */
+ * them).  With a trace of the same k, also appends the tokens' experts
+ * while it has room. */
 void expert_rank_add(expert_rank *r, int layer, const moe_route *routes, int64_t n_routes, int k);
 
 /* Writes the counts in the pin-file format: a comment header, then per
@@ -104,5 +112,37 @@ double expert_rank_coverage(const expert_rank *r, int layer, int n);
  * (gate+up+down) per layer, NULL if unknown (then no bytes).  Writes at
  * most EXPERT_RANK_SUMMARY bytes. */
 void expert_rank_summary(const expert_rank *r, const uint64_t *expert_bytes, char *buf, size_t cap);
+
+/* A whole text file (at most 64 MiB), NUL-terminated; *len its bytes;
+ * free *text. */
+hydra_status expert_rank_read_text(const char *path, char **text, size_t *len);
+
+/* --- routing traces (src/expert_trace.c)
+ *
+ * Text, one token of one layer a line, each layer's lines in token order:
+ *
+ *     # comment
+ *     trace LAYERS EXPERTS K        (the first entry)
+ *     LAYER E1 .. EK                (K expert ids)
+ */
+
+/* Starts a trace of up to cap_tokens tokens per layer of k experts each
+ * (replacing one there was). */
+hydra_status expert_rank_trace_init(expert_rank *r, int k, uint64_t cap_tokens);
+
+/* The k experts of token `token` (< trace_len[layer]) of a layer. */
+static inline const int32_t *expert_rank_trace_at(const expert_rank *r, int layer, uint64_t token)
+{
+    return r->trace + ((size_t)layer * r->trace_cap + token) * (size_t)r->k;
+}
+
+hydra_status expert_rank_save_trace(const expert_rank *r, const char *path);
+
+/* Reads a trace into a zeroed r, sized from its header: counts, tokens and
+ * the trace; layers without lines count as dense.  Fails naming file:line
+ * on anything malformed (ids out of range, a line with other than K
+ * experts, a repeated expert in one token, no header). */
+hydra_status expert_rank_load_trace(expert_rank *r, const char *path);
+hydra_status expert_rank_parse_trace(expert_rank *r, const char *text, size_t len, const char *name);
 
 #endif

@@ -24,6 +24,7 @@
 #include "../kernels/cpu/matmul.h"
 #include "../kernels/cpu/ops.h"
 #include "error.h"
+#include "expert_rank.h"
 #include "hybrid.h"
 #include "quant.h"
 
@@ -442,6 +443,8 @@ static void feed_forward(const fwd_layer *c)
     const moe_gating g = moe_gating_of(w, lw);
     moe_router(pool, lw, &f->xn_act, f->router);
     moe_select(&g, &f->moe, f->router, n, f->routes);
+    if (f->profile != NULL)
+        expert_rank_add(f->profile, c->layer, f->routes, n * g.n_used, g.n_used);
     if (f->hybrid != NULL && f->hybrid->mode == HYBRID_CPU_SPLIT)
         hybrid_moe_experts(f->hybrid, pool, &f->moe, (uint32_t)c->layer, lw, &f->xn_act, f->routes, n * g.n_used,
                            f->sub, w->hp.n_embd);

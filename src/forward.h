@@ -85,6 +85,7 @@ typedef struct fwd_scratch {
     act_set att_act;   /* att as the output projection reads it */
     moe_scratch moe;
     struct hybrid_state *hybrid; /* the session's split (CPU split mode: MoE layers go through it); NULL: none */
+    struct expert_rank *profile; /* expert lookups (and a trace) recorded after moe_select; NULL: none */
 } fwd_scratch;
 
 /* One layer's step, as the attention hook of a descriptor receives it: the

@@ -10,6 +10,7 @@
 #include "forward.h"
 #include "kv_state.h"
 #include "gpu/gpu.h"
+#include "expert_rank.h"
 #include "hybrid.h"
 #include "quant.h"
 #include "threads.h"
@@ -33,6 +34,7 @@ struct hydra_session {
     fwd_scratch f;
     gpu_session *gpu; /* the CUDA backend's state; NULL on the CPU */
     hybrid_state hybrid; /* the expert split (mode HYBRID_OFF: none) */
+    expert_rank profile; /* expert lookups while profiling (f.profile points here); zeroed: none */
     int64_t n_ctx;
     int64_t n_past;
     float *logits; /* n_vocab: the last evaluated position */
@@ -99,6 +101,7 @@ HYDRA_API void hydra_session_free(hydra_session *s)
         return;
     gpu_session_free(s->gpu);
     hybrid_free(&s->hybrid);
+    expert_rank_free(&s->profile);
     fwd_free(&s->f);
     kv_free(&s->kv);
     pool_destroy(s->pool);
@@ -363,6 +366,39 @@ HYDRA_API void hydra_session_hybrid_reset_stats(hydra_session *s)
 {
     if (s != NULL)
         hybrid_reset_stats(&s->hybrid);
+}
+
+HYDRA_API hydra_status hydra_session_set_expert_profile(hydra_session *s, bool on, uint32_t trace_tokens)
+{
+    if (s == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_set_expert_profile: no session");
+    if (on && s->gpu != NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "expert profiling runs on the CPU backend");
+    s->f.profile = NULL;
+    expert_rank_free(&s->profile);
+    if (!on)
+        return HYDRA_OK;
+    uint8_t *moe = malloc(s->w.hp.n_layer ? s->w.hp.n_layer : 1);
+    if (moe == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "expert profile: out of memory");
+    for (uint32_t l = 0; l < s->w.hp.n_layer; l++)
+        moe[l] = s->w.layer[l].moe;
+    hydra_status st = expert_rank_init(&s->profile, (int)s->w.hp.n_layer, (int)s->w.hp.n_expert, moe);
+    free(moe);
+    if (st == HYDRA_OK && trace_tokens > 0)
+        st = expert_rank_trace_init(&s->profile, (int)s->w.hp.n_expert_used, trace_tokens);
+    if (st != HYDRA_OK)
+        expert_rank_free(&s->profile);
+    else
+        s->f.profile = &s->profile;
+    return st;
+}
+
+HYDRA_API hydra_status hydra_session_save_expert_profile(const hydra_session *s, const char *path, bool trace)
+{
+    if (s == NULL || path == NULL || s->f.profile == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_save_expert_profile: no session, path or profile");
+    return trace ? expert_rank_save_trace(&s->profile, path) : expert_rank_save(&s->profile, path);
 }
 
 HYDRA_API uint64_t hydra_session_kv_bytes(const hydra_session *s)

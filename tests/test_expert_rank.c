@@ -5,6 +5,7 @@
  * bytes that must never crash it.
  */
 #include "expert_rank.h"
+#include "synth.h"
 #include "test.h"
 #include "util.h"
 
@@ -137,7 +138,7 @@ TEST(expert_rank_unreadable_file_fails)
     expert_rank r;
     CHECK_OK(expert_rank_init(&r, N_LAYER, N_EXPERT, moe_layers));
     CHECK_EQ_INT(expert_rank_load(&r, "/nonexistent/pins.txt"), HYDRA_ERR_IO);
-    CHECK(strstr(hydra_last_error(), "pin file /nonexistent/pins.txt: cannot read") != NULL);
+    CHECK(strstr(hydra_last_error(), "/nonexistent/pins.txt: cannot read") != NULL);
     CHECK_EQ_INT(expert_rank_load(&r, "/"), HYDRA_ERR_IO); /* a directory */
     expert_rank_free(&r);
 }
@@ -191,4 +192,86 @@ TEST(expert_rank_random_bytes_never_crash)
     }
     expert_rank_free(&r);
     CHECK(ok > 0 && bad > 0);
+}
+
+/* ------------------------------------------------------------ traces */
+
+TEST(expert_rank_trace_round_trip_and_errors)
+{
+    expert_rank a, b;
+    CHECK_OK(expert_rank_init(&a, N_LAYER, N_EXPERT, moe_layers));
+    CHECK_OK(expert_rank_trace_init(&a, 2, 3));
+    const moe_route routes[8] = {{0, 3, 0}, {0, 1, 0}, {1, 7, 0}, {1, 0, 0},
+                                 {2, 2, 0}, {2, 5, 0}, {3, 6, 0}, {3, 4, 0}};
+    expert_rank_add(&a, 2, routes, 8, 2); /* 4 tokens, room for 3 */
+    expert_rank_add(&a, 0, routes + 2, 2, 2);
+    CHECK_EQ_U64(a.trace_len[2], 3);
+    CHECK_EQ_INT(expert_rank_trace_at(&a, 2, 1)[0], 7);
+    const char *path = util_scratch_path("trace.txt");
+    CHECK_OK(expert_rank_save_trace(&a, path));
+    hydra_status st = expert_rank_load_trace(&b, path);
+    bool same = st == HYDRA_OK && b.k == 2 && b.trace_len[2] == 3 && b.trace_len[0] == 1 && !b.moe[1] &&
+                memcmp(expert_rank_trace_at(&b, 2, 0), expert_rank_trace_at(&a, 2, 0), 6 * sizeof(int32_t)) == 0 &&
+                expert_rank_count(&b, 2, 7) == 1 && expert_rank_count(&b, 0, 7) == 1;
+    expert_rank_free(&a);
+    expert_rank_free(&b);
+    CHECK_OK(st);
+    CHECK(same);
+    static const struct {
+        const char *text, *reason;
+    } bad[] = {
+        {"0 1 2\n", "t:1: expected the header"},
+        {"trace 2 8 2\n0 1\n", "t:2: expected LAYER and K expert ids"},
+        {"trace 2 8 2\n0 1 1\n", "t:2: an expert twice in one token"},
+        {"trace 2 8 2\n2 1 3\n", "t:2: unknown layer"},
+        {"trace 2 8 2\n1 1 8\n", "t:2: unknown expert"},
+        {"trace 2 8 2\n1 1 x\n", "t:2: not a decimal number"},
+        {"trace 2 8 9\n", "t:1: header dimensions out of range"},
+        {"# nothing\n", "no 'trace LAYERS EXPERTS K' header"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        st = expert_rank_parse_trace(&b, bad[i].text, strlen(bad[i].text), "t");
+        if (st != HYDRA_ERR_FORMAT || strstr(hydra_last_error(), bad[i].reason) == NULL)
+            FAIL("case %zu: status %d, '%s'", i, (int)st, hydra_last_error());
+    }
+}
+
+/* hydra_session_set_expert_profile counts k lookups per token in every
+ * MoE layer of a real pass, and the saved profile loads back as pins. */
+TEST(expert_rank_session_profile)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("tiny", &p));
+    char path[4096];
+    snprintf(path, sizeof path, "%s", util_scratch_path("profile-tiny.gguf"));
+    CHECK_OK(synth_write(path, &p));
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    hydra_model *m;
+    CHECK_OK(hydra_model_open(&m, &mp));
+    hydra_session_params sp = hydra_session_default_params();
+    sp.n_ctx = 32, sp.n_threads = 1;
+    hydra_session *s = NULL;
+    hydra_status st = hydra_session_create(&s, m, &sp);
+    const int32_t tokens[5] = {1, 100, 200, 300, 7};
+    if (st == HYDRA_OK)
+        st = hydra_session_set_expert_profile(s, true, 16);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, tokens, 5, NULL);
+    if (st == HYDRA_OK)
+        st = hydra_session_decode(s, 9);
+    const char *prof = util_scratch_path("profile-tiny.txt");
+    if (st == HYDRA_OK)
+        st = hydra_session_save_expert_profile(s, prof, false);
+    hydra_session_free(s);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    expert_rank r;
+    CHECK_OK(expert_rank_init(&r, (int)p.n_layer, (int)p.n_expert, NULL));
+    st = expert_rank_load(&r, prof);
+    uint64_t lookups0 = expert_rank_lookups(&r, 0), lookups1 = expert_rank_lookups(&r, 1);
+    expert_rank_free(&r);
+    CHECK_OK(st);
+    CHECK_EQ_U64(lookups0, 6 * p.n_expert_used);
+    CHECK_EQ_U64(lookups1, 6 * p.n_expert_used);
 }

@@ -27,6 +27,8 @@ typedef struct run_opts {
     const char *system_prompt; /* -sys */
     const char *chat_template; /* --chat-template */
     const char *logits_out;    /* --logits-out */
+    const char *profile_experts; /* --profile-experts: the expert profile written at the end */
+    const char *trace_experts;   /* --trace-experts: the routing trace written at the end */
     hydra_token *prompt_ids;   /* --prompt-tokens (owned) */
     size_t n_prompt_ids;
     const char *stops[RUN_MAX_STOPS]; /* --stop, repeatable */
@@ -132,6 +134,8 @@ void run_catch_interrupts(void);
 /* Session and sampler for the options; RUN_OK or RUN_ERROR (said). */
 int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch, double load_start);
 void gen_close(gen_ctx *g);
+/* Writes --profile-experts / --trace-experts, when given.  RUN_OK or RUN_ERROR (said). */
+int gen_save_profile(const gen_ctx *g);
 
 /* Makes the session hold exactly tokens[0, n): keeps the longest prefix
  * it already holds and evaluates the rest (at least the last token, so

@@ -165,6 +165,8 @@ int run_chat(const run_opts *o, const hydra_model *m, double load_start)
     if (c.g.session != NULL)
         gen_print_timing(&c.g);
     free(line);
+    if (rc == RUN_OK)
+        rc = gen_save_profile(&c.g);
     close_chat(&c);
     free(first.owned);
     return rc;

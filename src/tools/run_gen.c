@@ -104,6 +104,13 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
         run_error("cannot run the model (%s): %s", hydra_strerror(st), hydra_last_error());
         return RUN_ERROR;
     }
+    if (o->profile_experts != NULL || o->trace_experts != NULL)
+        st = hydra_session_set_expert_profile(g->session, true, o->trace_experts ? hydra_session_n_ctx(g->session) : 0);
+    if (st != HYDRA_OK) {
+        run_error("expert profile: %s", hydra_last_error());
+        gen_close(g);
+        return RUN_ERROR;
+    }
     g->history = malloc(sizeof *g->history * hydra_session_n_ctx(g->session));
     if (g->history == NULL) {
         run_error("out of memory for a context of %u tokens", hydra_session_n_ctx(g->session));
@@ -115,6 +122,17 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
         return RUN_ERROR;
     }
     g->timing.load_ms = run_now_ms() - load_start;
+    return RUN_OK;
+}
+
+int gen_save_profile(const gen_ctx *g)
+{
+    const char *paths[2] = {g->o->profile_experts, g->o->trace_experts};
+    for (int trace = 0; trace < 2 && g->session != NULL; trace++)
+        if (paths[trace] != NULL && hydra_session_save_expert_profile(g->session, paths[trace], trace) != HYDRA_OK) {
+            run_error("%s", hydra_last_error());
+            return RUN_ERROR;
+        }
     return RUN_OK;
 }
 

@@ -174,6 +174,8 @@ int run_generate(const run_opts *o, const hydra_model *m, double load_start)
         rc = gen_open(&g, o, m, o->logits_out ? n : 0, load_start);
     if (rc == RUN_OK)
         rc = generate_from(o, &g, &p, ids, n);
+    if (rc == RUN_OK)
+        rc = gen_save_profile(&g);
     gen_close(&g);
     free(ids);
     free(p.owned);
