@@ -78,6 +78,7 @@ typedef struct gen_request {
     /* chat */
     char *messages_json; /* the messages, content parts joined into text (owned) */
     char *tools_json;    /* owned, NULL: none */
+    bool want_tools;     /* tools offered (tool_choice not "none"): parse calls from the reply */
     char *extra_json;    /* chat_template_kwargs (owned), NULL: none */
     /* completion: text, or token ids */
     char *prompt_text;   /* owned */
@@ -108,6 +109,13 @@ hydra_status prepare_tokenize(const hydra_model *m, const char *text, size_t len
  * (moved out of r).  0, or the HTTP status with a message in err. */
 int prepare_prompt(engine *e, gen_request *r, hydra_token **tokens, size_t *n, char *err, size_t err_len);
 
+/* ------------------------------------------------------------ logprobs.c */
+
+/* logprob_entry records (task_out.logprobs) as the choice's "logprobs"
+ * object of kind's shape; *text_offset: the completion text's bytes before
+ * the first record's token (advanced past the records).  NULL on failure. */
+cJSON *logprobs_json(const hydra_model *m, api_kind kind, const sbuf *records, long long *text_offset);
+
 /* ------------------------------------------------------------ shape.c */
 
 /* What every object of one response shares. */
@@ -121,14 +129,22 @@ typedef struct shape_head {
 const char *shape_error_type(int status);
 cJSON *shape_error(int status, const char *message);
 
+/* What a choice carries besides its text, consumed by the call that takes
+ * it: logprobs (logprobs_json) and chat tool calls (toolcall.c); NULL:
+ * none.  Tool calls make the final finish_reason "tool_calls". */
+typedef struct shape_extra {
+    cJSON *logprobs;
+    cJSON *tool_calls;
+} shape_extra;
+
 /* The non-streaming response. */
-cJSON *shape_response(const shape_head *h, const char *text, size_t len, const task_out *out);
+cJSON *shape_response(const shape_head *h, const char *text, size_t len, const task_out *out, shape_extra x);
 
 /* Stream events, each "data: {...}\n\n" into *ev: a text delta (first: the
  * chat's opening delta with the role), the last chunk with the finish
  * reason (and timings), the usage chunk, the end. */
-bool shape_delta(sbuf *ev, const shape_head *h, const char *text, size_t len, bool first);
-bool shape_finish(sbuf *ev, const shape_head *h, const task_out *out);
+bool shape_delta(sbuf *ev, const shape_head *h, const char *text, size_t len, bool first, shape_extra x);
+bool shape_finish(sbuf *ev, const shape_head *h, const task_out *out, bool tool_calls);
 bool shape_usage(sbuf *ev, const shape_head *h, const task_out *out);
 bool shape_event(sbuf *ev, cJSON *json); /* any object as one event (freed) */
 

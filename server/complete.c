@@ -43,6 +43,10 @@ typedef struct completion {
     shape_head head;
     char id[48];
     sbuf text;  /* not streaming: the reply so far */
+    sbuf probs; /* not streaming: the logprob_entry records so far */
+    long long text_offset; /* completions' logprobs: bytes of the reply before the next record */
+    bool tools; /* the reply is searched for tool calls (tc) */
+    toolcall_filter tc;
     bool submitted, first_sent, linked;
     double last_write;
 } completion;
@@ -81,6 +85,8 @@ static void completion_free(completion *c)
     request_free(&c->gr);
     task_free(c->task);
     sbuf_free(&c->text);
+    sbuf_free(&c->probs);
+    toolcall_free(&c->tc);
     free(c);
 }
 
@@ -102,18 +108,44 @@ static void stream_send(completion *c, sbuf *ev)
     c->last_write = serve_now_ms();
 }
 
-/* A delta with new text; the first token opens the stream even when its
- * text is empty (held UTF-8, a control token), so a client sees its time
- * to first token. */
-static void stream_text(completion *c, const sbuf *text, int n_new)
+static cJSON *logprobs_of_records(completion *c, const sbuf *records)
 {
-    if (text->len == 0 && (c->first_sent || n_new == 0))
+    if (records->len == 0)
+        return NULL;
+    return logprobs_json(engine_model(c->sc->eng), c->kind, records, &c->text_offset);
+}
+
+/* A delta with new text (after the tool-call filter, when it runs), the
+ * calls it completed and the logprobs of its tokens; the first token opens
+ * the stream even when it has no text yet (held UTF-8, a control token),
+ * so a client sees its time to first token. */
+static void stream_text(completion *c, const sbuf *fresh, const sbuf *records, int n_new)
+{
+    const char *text = fresh->data ? fresh->data : "";
+    size_t len = fresh->len;
+    cJSON *calls = NULL;
+    if (c->tools && !toolcall_push(&c->tc, text, len, &text, &len, &calls))
+        len = 0; /* out of memory: this piece is lost */
+    if (len == 0 && calls == NULL && records->len == 0 && (c->first_sent || n_new == 0))
         return;
     sbuf ev = {0};
-    if (shape_delta(&ev, &c->head, text->data ? text->data : "", text->len, !c->first_sent))
+    const shape_extra x = {logprobs_of_records(c, records), calls};
+    if (shape_delta(&ev, &c->head, text, len, !c->first_sent, x))
         stream_send(c, &ev);
     c->first_sent = true;
     sbuf_free(&ev);
+}
+
+/* The filter's held text (a call never closed) as the stream's last delta. */
+static bool stream_held(completion *c, sbuf *ev)
+{
+    const char *text;
+    size_t len;
+    if (!c->tools || !toolcall_flush(&c->tc, &text, &len) || len == 0)
+        return true;
+    const bool ok = shape_delta(ev, &c->head, text, len, !c->first_sent, (shape_extra){0});
+    c->first_sent = true;
+    return ok;
 }
 
 static void stream_finish(completion *c, const task_out *out)
@@ -123,9 +155,10 @@ static void stream_finish(completion *c, const task_out *out)
     if (out->finish == FINISH_ERROR) {
         ok = shape_event(&ev, shape_error(out->error_status, out->error));
     } else if (out->finish != FINISH_CANCELLED) {
-        if (!c->first_sent && c->kind == API_CHAT) /* the opening delta, even for an empty reply */
-            ok = shape_delta(&ev, &c->head, "", 0, true);
-        ok = ok && shape_finish(&ev, &c->head, out);
+        ok = stream_held(c, &ev);
+        if (ok && !c->first_sent && c->kind == API_CHAT) /* the opening delta, even for an empty reply */
+            ok = shape_delta(&ev, &c->head, "", 0, true, (shape_extra){0});
+        ok = ok && shape_finish(&ev, &c->head, out, c->tc.n_calls > 0);
         if (ok && c->gr.include_usage)
             ok = shape_usage(&ev, &c->head, out);
         ok = ok && sbuf_addf(&ev, "data: [DONE]\n\n");
@@ -136,14 +169,38 @@ static void stream_finish(completion *c, const task_out *out)
     http_stream_end(c->req);
 }
 
+/* The whole reply through the tool-call filter: its text into *content,
+ * its calls (NULL: none). */
+static cJSON *split_calls(completion *c, sbuf *content)
+{
+    const char *text;
+    size_t len;
+    cJSON *calls = NULL;
+    bool ok = toolcall_push(&c->tc, c->text.data ? c->text.data : "", c->text.len, &text, &len, &calls) &&
+              sbuf_add(content, text, len) && toolcall_flush(&c->tc, &text, &len) && sbuf_add(content, text, len);
+    if (!ok) { /* out of memory: the reply as it came */
+        cJSON_Delete(calls);
+        content->len = 0;
+        sbuf_add(content, c->text.data ? c->text.data : "", c->text.len);
+        return NULL;
+    }
+    return calls;
+}
+
 static void respond_final(completion *c, const task_out *out)
 {
-    if (out->finish == FINISH_ERROR)
+    if (out->finish == FINISH_ERROR) {
         api_error(c->req, out->error_status, "%s", out->error);
-    else if (out->finish == FINISH_CANCELLED)
+    } else if (out->finish == FINISH_CANCELLED) {
         api_error(c->req, 503, "the server is shutting down");
-    else
-        api_json(c->req, 200, shape_response(&c->head, c->text.data ? c->text.data : "", c->text.len, out));
+    } else {
+        sbuf content = {0};
+        cJSON *calls = c->tools ? split_calls(c, &content) : NULL;
+        const sbuf *reply = c->tools ? &content : &c->text;
+        const shape_extra x = {logprobs_of_records(c, &c->probs), calls};
+        api_json(c->req, 200, shape_response(&c->head, reply->data ? reply->data : "", reply->len, out, x));
+        sbuf_free(&content);
+    }
 }
 
 static void on_output(srv_task *t)
@@ -154,7 +211,10 @@ static void on_output(srv_task *t)
     const bool streaming = c->gr.stream;
     engine_take(c->sc->eng, t, streaming ? &fresh : &c->text, &out);
     if (c->req != NULL && streaming)
-        stream_text(c, &fresh, out.n_new);
+        stream_text(c, &fresh, &out.logprobs, out.n_new);
+    else if (out.logprobs.len > 0)
+        sbuf_add(&c->probs, out.logprobs.data, out.logprobs.len);
+    sbuf_free(&out.logprobs);
     sbuf_free(&fresh);
     if (!out.done)
         return;
@@ -219,6 +279,8 @@ static void make_head(completion *c)
     snprintf(c->id, sizeof c->id, "%s-%016llx", c->kind == API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r);
     c->head = (shape_head){.kind = c->kind, .id = c->id, .created = (long long)time(NULL),
                            .model = c->gr.model ? c->gr.model : c->sc->model_name};
+    c->tools = c->kind == API_CHAT && c->gr.want_tools && engine_tool_format(c->sc->eng) == TOOLCALL_TAGGED;
+    toolcall_init(&c->tc, c->gr.stream, r);
 }
 
 /* Loop: submit, or answer the error. */

@@ -355,6 +355,7 @@ static void slot_output(srv_task *t)
     task_out out;
     engine_take(s->sc->eng, t, &none, &out);
     sbuf_free(&none);
+    sbuf_free(&out.logprobs);
     if (!out.done)
         return;
     if (s->req != NULL) {

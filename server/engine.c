@@ -56,6 +56,7 @@ struct engine {
     hydra_model *model;
     hydra_chat_template *tmpl;
     char tmpl_why[512];
+    toolcall_format tool_format;
     uint64_t model_hash;
     uint32_t slot_ctx;
     int n_slots;
@@ -95,6 +96,7 @@ void task_free(srv_task *t)
         free(t->gen.stops[i]);
     free(t->slot_file);
     sbuf_free(&t->out.text);
+    sbuf_free(&t->out.logprobs);
     free(t);
 }
 
@@ -133,8 +135,10 @@ static bool load_template(engine *e)
     hydra_status st = hydra_chat_model_template(e->model, e->o->chat_template, &text);
     if (st == HYDRA_OK)
         st = hydra_chat_template_new(text, &e->tmpl);
-    if (st == HYDRA_OK)
+    if (st == HYDRA_OK) {
+        e->tool_format = toolcall_format_of(text);
         return true;
+    }
     if (e->o->chat_template != NULL) {
         snprintf(e->error, sizeof e->error, "--chat-template: %s", hydra_last_error());
         return false;
@@ -623,6 +627,11 @@ const hydra_chat_template *engine_chat_template(const engine *e, const char **wh
 {
     *why = e->tmpl_why;
     return e->tmpl;
+}
+
+toolcall_format engine_tool_format(const engine *e)
+{
+    return e->tool_format;
 }
 
 uint64_t engine_model_hash(const engine *e)

@@ -12,6 +12,7 @@
 
 #include "serve.h"
 #include "task.h"
+#include "toolcall.h"
 
 #include <uv.h>
 
@@ -42,6 +43,8 @@ int engine_n_slots(const engine *e);
 const hydra_chat_template *engine_chat_template(const engine *e, const char **why);
 /* A fingerprint of the model, for slot files. */
 uint64_t engine_model_hash(const engine *e);
+/* How the chat template's model writes tool calls (after loading). */
+toolcall_format engine_tool_format(const engine *e);
 
 /* Queues a task (loop thread).  -1 when the queue is full or memory is
  * short (nothing taken). */

@@ -71,6 +71,18 @@ void outbox_text(outbox *ob, srv_task *t, const char *text, size_t len, int n_ne
     uv_async_send(&ob->async);
 }
 
+void outbox_token(outbox *ob, srv_task *t, const char *text, size_t len, const logprob_entry *e)
+{
+    pthread_mutex_lock(&ob->lock);
+    sbuf_add(&t->out.text, text, len); /* out of memory: the text is lost, the count is not */
+    if (e != NULL)
+        sbuf_add(&t->out.logprobs, e, sizeof *e);
+    t->out.n_new += 1;
+    make_ready(ob, t);
+    pthread_mutex_unlock(&ob->lock);
+    uv_async_send(&ob->async);
+}
+
 void outbox_done(outbox *ob, srv_task *t, finish_kind finish, const task_out *result)
 {
     pthread_mutex_lock(&ob->lock);
@@ -118,6 +130,7 @@ void outbox_take(outbox *ob, srv_task *t, sbuf *text, task_out *out)
     t->out.text.len = 0;
     *out = t->out;
     out->text = (sbuf){0};
+    t->out.logprobs = (sbuf){0}; /* moved to out: the taker frees it */
     t->out.n_new = 0;
     pthread_mutex_unlock(&ob->lock);
 }

@@ -190,6 +190,24 @@ static int parse_stop(parse_ctx *p, const cJSON *obj, gen_params *g)
     return 0;
 }
 
+/* Chat: logprobs (boolean) and top_logprobs (0..20, only with logprobs);
+ * completions: logprobs, the number of alternatives (0..20).  *n: -1 for
+ * none, else the alternatives per token. */
+static int parse_logprobs(parse_ctx *p, const cJSON *obj, api_kind kind, int *n)
+{
+    *n = -1;
+    if (kind == API_COMPLETION)
+        return get_int(p, obj, "logprobs", 0, LOGPROBS_MAX_TOP, n);
+    bool on = false;
+    int top = -1;
+    if (get_bool(p, obj, "logprobs", &on) || get_int(p, obj, "top_logprobs", 0, LOGPROBS_MAX_TOP, &top))
+        return -1;
+    if (top >= 0 && !on)
+        return fail(p, "top_logprobs: requires \"logprobs\": true");
+    *n = on ? (top > 0 ? top : 0) : -1;
+    return 0;
+}
+
 /* Fields every generation request shares. */
 static int parse_common(parse_ctx *p, const cJSON *obj, const serve_opts *o, gen_request *r)
 {
@@ -214,9 +232,8 @@ static int parse_common(parse_ctx *p, const cJSON *obj, const serve_opts *o, gen
         return fail(p, "model: expected a string, got %s", type_name(model));
     if (model != NULL && (r->model = strdup(model->valuestring)) == NULL)
         return fail(p, "model: out of memory");
-    const cJSON *lp = field(obj, "logprobs");
-    if (lp != NULL && !cJSON_IsFalse(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0))
-        return fail(p, "logprobs: not supported by this server");
+    if (parse_logprobs(p, obj, r->kind, &r->gen.n_logprobs) != 0)
+        return -1;
     const cJSON *rf = field(obj, "response_format");
     const cJSON *rf_type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     if (rf != NULL && !(cJSON_IsString(rf_type) && strcmp(rf_type->valuestring, "text") == 0))
@@ -302,6 +319,12 @@ static int parse_chat(parse_ctx *p, cJSON *obj, gen_request *r)
     const cJSON *tools = field(obj, "tools");
     if (tools != NULL && !cJSON_IsArray(tools))
         return fail(p, "tools: expected an array, got %s", type_name(tools));
+    const cJSON *choice = field(obj, "tool_choice");
+    if (choice != NULL && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
+        return fail(p, "tool_choice: expected a string or an object, got %s", type_name(choice));
+    /* the reply is searched for calls when tools were offered and not refused */
+    r->want_tools = tools != NULL && tools->child != NULL &&
+                    !(cJSON_IsString(choice) && strcmp(choice->valuestring, "none") == 0);
     const cJSON *kwargs = field(obj, "chat_template_kwargs");
     if (kwargs != NULL && !cJSON_IsObject(kwargs))
         return fail(p, "chat_template_kwargs: expected an object, got %s", type_name(kwargs));

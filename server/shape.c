@@ -135,28 +135,55 @@ static cJSON *timings_object(const task_out *out)
     return o;
 }
 
-/* One choice: chat's message or delta, or a completion's text. */
-static cJSON *choice(const shape_head *h, const char *key, cJSON *text, bool role, const char *finish)
+/* A chat message's (or delta's) content and tool calls: with tool calls,
+ * empty content is null, as OpenAI sends it. */
+static bool chat_body(cJSON *m, cJSON *text, cJSON *tool_calls)
+{
+    bool ok = true;
+    if (text != NULL && tool_calls != NULL && cJSON_IsString(text) && text->valuestring[0] == '\0') {
+        cJSON_Delete(text);
+        ok = cJSON_AddNullToObject(m, "content") != NULL;
+    } else if (text != NULL) {
+        cJSON_AddItemToObject(m, "content", text);
+    }
+    if (tool_calls != NULL)
+        cJSON_AddItemToObject(m, "tool_calls", tool_calls);
+    return ok;
+}
+
+/* One choice: chat's message or delta, or a completion's text; x's items
+ * are consumed. */
+static cJSON *choice(const shape_head *h, const char *key, cJSON *text, bool role, const char *finish, shape_extra x)
 {
     cJSON *c = cJSON_CreateObject();
     bool ok = c != NULL && cJSON_AddNumberToObject(c, "index", 0);
     if (h->kind == API_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, key);
         ok = ok && m != NULL && (!role || cJSON_AddStringToObject(m, "role", "assistant"));
-        if (ok && text != NULL)
-            cJSON_AddItemToObject(m, "content", text);
-        else
+        if (ok) {
+            ok = chat_body(m, text, x.tool_calls);
+        } else {
             cJSON_Delete(text);
+            cJSON_Delete(x.tool_calls);
+        }
+        if (finish != NULL && x.tool_calls != NULL)
+            finish = "tool_calls";
     } else {
+        cJSON_Delete(x.tool_calls);
         ok = ok && text != NULL;
         if (ok)
             cJSON_AddItemToObject(c, "text", text);
         else
             cJSON_Delete(text);
     }
-    ok = ok && cJSON_AddNullToObject(c, "logprobs") &&
-         (finish ? cJSON_AddStringToObject(c, "finish_reason", finish) != NULL
-                 : cJSON_AddNullToObject(c, "finish_reason") != NULL);
+    if (ok && x.logprobs != NULL) {
+        cJSON_AddItemToObject(c, "logprobs", x.logprobs);
+    } else {
+        cJSON_Delete(x.logprobs);
+        ok = ok && cJSON_AddNullToObject(c, "logprobs") != NULL;
+    }
+    ok = ok && (finish ? cJSON_AddStringToObject(c, "finish_reason", finish) != NULL
+                       : cJSON_AddNullToObject(c, "finish_reason") != NULL);
     if (!ok) {
         cJSON_Delete(c);
         return NULL;
@@ -186,10 +213,15 @@ static bool add_item(cJSON *o, const char *key, cJSON *item)
 
 /* ------------------------------------------------------------ responses */
 
-cJSON *shape_response(const shape_head *h, const char *text, size_t len, const task_out *out)
+cJSON *shape_response(const shape_head *h, const char *text, size_t len, const task_out *out, shape_extra x)
 {
     cJSON *o = head_object(h, false);
-    if (o == NULL || !add_choice(o, choice(h, "message", shape_string(text, len), true, finish_reason(out->finish))) ||
+    if (o == NULL) {
+        cJSON_Delete(x.logprobs);
+        cJSON_Delete(x.tool_calls);
+        return NULL;
+    }
+    if (!add_choice(o, choice(h, "message", shape_string(text, len), true, finish_reason(out->finish), x)) ||
         !add_item(o, "usage", usage_object(out)) || !add_item(o, "timings", timings_object(out))) {
         cJSON_Delete(o);
         return NULL;
@@ -206,21 +238,29 @@ bool shape_event(sbuf *ev, cJSON *json)
     return ok;
 }
 
-bool shape_delta(sbuf *ev, const shape_head *h, const char *text, size_t len, bool first)
+bool shape_delta(sbuf *ev, const shape_head *h, const char *text, size_t len, bool first, shape_extra x)
 {
     cJSON *o = head_object(h, true);
-    if (o == NULL || !add_choice(o, choice(h, "delta", shape_string(text, len), first && h->kind == API_CHAT, NULL))) {
+    if (o == NULL) {
+        cJSON_Delete(x.logprobs);
+        cJSON_Delete(x.tool_calls);
+        return false;
+    }
+    /* a delta that only carries tool calls has no content */
+    cJSON *content = len == 0 && x.tool_calls != NULL ? NULL : shape_string(text, len);
+    if (!add_choice(o, choice(h, "delta", content, first && h->kind == API_CHAT, NULL, x))) {
         cJSON_Delete(o);
         return false;
     }
     return shape_event(ev, o);
 }
 
-bool shape_finish(sbuf *ev, const shape_head *h, const task_out *out)
+bool shape_finish(sbuf *ev, const shape_head *h, const task_out *out, bool tool_calls)
 {
     cJSON *o = head_object(h, true);
     cJSON *text = h->kind == API_CHAT ? NULL : cJSON_CreateString("");
-    if (o == NULL || !add_choice(o, choice(h, "delta", text, false, finish_reason(out->finish))) ||
+    const char *finish = tool_calls && h->kind == API_CHAT ? "tool_calls" : finish_reason(out->finish);
+    if (o == NULL || !add_choice(o, choice(h, "delta", text, false, finish, (shape_extra){0})) ||
         !add_item(o, "timings", timings_object(out))) {
         cJSON_Delete(o);
         return false;

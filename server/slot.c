@@ -86,15 +86,16 @@ void slot_begin(slot *s, const hydra_model *m, srv_task *t, size_t n_cached, out
     s->n_feed = t->n_prompt - n_cached;
 }
 
-/* Text of one token through the detokenizer and the stop filter. */
-static bool emit_token(slot *s, hydra_token tok, outbox *ob)
+/* Text of one token through the detokenizer and the stop filter, with its
+ * logprobs (lp, or NULL). */
+static bool emit_token(slot *s, hydra_token tok, const logprob_entry *lp, outbox *ob)
 {
     const char *text, *pass;
     size_t len, pass_len;
     if (hydra_detokenizer_push(s->detok, tok, &text, &len) != HYDRA_OK ||
         stop_filter_push(&s->stop, text, len, &pass, &pass_len) != HYDRA_OK)
         return false;
-    outbox_text(ob, s->task, pass, pass_len, 1);
+    outbox_token(ob, s->task, pass, pass_len, lp);
     return true;
 }
 
@@ -109,7 +110,8 @@ void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob)
         metrics_prompt(tm->n_prompt - tm->n_cached, tm->n_cached);
     }
     hydra_token tok;
-    if (hydra_sampler_sample(s->sampler, hydra_session_logits(s->session), &tok) != HYDRA_OK) {
+    const float *logits = hydra_session_logits(s->session);
+    if (hydra_sampler_sample(s->sampler, logits, &tok) != HYDRA_OK) {
         slot_fail(s, ob, 500, "sampling: %s", hydra_last_error());
         return;
     }
@@ -125,7 +127,10 @@ void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob)
         slot_end(s, FINISH_STOP, ob);
         return;
     }
-    if (!emit_token(s, tok, ob)) {
+    logprob_entry lp;
+    if (t->gen.n_logprobs >= 0)
+        logprobs_of(logits, (int32_t)hydra_session_n_vocab(s->session), tok, t->gen.n_logprobs, &lp);
+    if (!emit_token(s, tok, t->gen.n_logprobs >= 0 ? &lp : NULL, ob)) {
         slot_fail(s, ob, 500, "detokenizing token %d: %s", (int)tok, hydra_last_error());
         return;
     }

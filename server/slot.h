@@ -30,6 +30,9 @@ void outbox_close(outbox *ob); /* closes the async handle; the outbox must live 
 
 /* Engine thread: text (and n_new generated tokens) for t. */
 void outbox_text(outbox *ob, srv_task *t, const char *text, size_t len, int n_new);
+/* Engine thread: the text of one generated token and, when asked for, its
+ * logprobs record (NULL: none). */
+void outbox_token(outbox *ob, srv_task *t, const char *text, size_t len, const logprob_entry *e);
 /* Engine thread: t is finished; the last touch of t by the engine.
  * result: NULL, or the timings and slot results to hand over (its text,
  * error and flags are ignored). */
@@ -41,7 +44,8 @@ void outbox_fail(outbox *ob, srv_task *t, int status, const char *fmt, ...) __at
  * async handle's callback does). */
 void outbox_drain(outbox *ob);
 
-/* Loop thread: see engine_take. */
+/* Loop thread: see engine_take; out->logprobs is moved to the caller,
+ * who frees it. */
 void outbox_take(outbox *ob, srv_task *t, sbuf *text, task_out *out);
 
 /* ------------------------------------------------------------ slot.c */
@@ -88,6 +92,12 @@ void slot_end(slot *s, finish_kind finish, outbox *ob);
 
 /* Ends the request with an error (status, message) and frees the slot. */
 void slot_fail(slot *s, outbox *ob, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ------------------------------------------------------------ logprobs.c */
+
+/* tok's log-probability and the n_top most probable tokens' at logits
+ * (the model's distribution: log-softmax of the raw logits). */
+void logprobs_of(const float *logits, int32_t n_vocab, hydra_token tok, int n_top, logprob_entry *out);
 
 /* ------------------------------------------------------------ cache.c */
 

@@ -33,12 +33,26 @@ typedef enum finish_kind {
 
 enum { TASK_MAX_STOPS = 16 };
 
+/* Most alternatives a token's logprobs list (OpenAI's top_logprobs limit). */
+enum { LOGPROBS_MAX_TOP = 20 };
+
+/* One generated token's log-probability and its most probable
+ * alternatives' (logprobs.c), most probable first. */
+typedef struct logprob_entry {
+    hydra_token id;
+    float logprob;
+    int n_top;
+    hydra_token top_id[LOGPROBS_MAX_TOP];
+    float top_logprob[LOGPROBS_MAX_TOP];
+} logprob_entry;
+
 /* What a generation request asked for, validated. */
 typedef struct gen_params {
     hydra_sampler_params sampling; /* seed chosen */
     int n_predict;                 /* -1: until the end of generation or of the context */
     bool text_start;               /* the reply begins a text (chat) rather than continuing the prompt's */
     bool ignore_eos;               /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
+    int n_logprobs;                /* -1: none; else alternatives per token reported (0..LOGPROBS_MAX_TOP) */
     char *stops[TASK_MAX_STOPS];   /* owned */
     int n_stops;
 } gen_params;
@@ -54,6 +68,7 @@ typedef struct task_timings {
 /* Written by the engine, read by the loop: both under the output lock. */
 typedef struct task_out {
     sbuf text;          /* generated text not yet taken */
+    sbuf logprobs;      /* logprob_entry records of tokens not yet taken (n_logprobs >= 0) */
     int n_new;          /* tokens generated since the last take */
     bool done;
     finish_kind finish;

@@ -347,6 +347,37 @@ TEST(server_slot_restore_reads_the_kv_cache)
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
+/* Offering tools switches on the reply's tool-call parsing (the tiny
+ * model's template writes <tool_call> blocks); a reply without a call is
+ * an ordinary message: content text, no tool_calls, finish_reason length. */
+TEST(server_chat_with_tools_and_no_call_is_a_plain_message)
+{
+    test_server s;
+    START(s, NULL, "");
+    ts_resp r;
+    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":6,"
+                         "\"ignore_eos\":true,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                         "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}",
+                         &r) &&
+                  r.status == 200);
+    cJSON *j = ts_json(&r);
+    ts_resp_free(&r);
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    const bool plain = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(msg, "content")) &&
+                       cJSON_GetObjectItemCaseSensitive(msg, "tool_calls") == NULL && cJSON_IsString(finish) &&
+                       strcmp(finish->valuestring, "length") == 0;
+    cJSON_Delete(j);
+    SCHECK(s, plain);
+    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[],\"tool_choice\":3}", &r) &&
+                  ts_is_error(&r, 400, "invalid_request_error", "tool_choice"));
+    ts_resp_free(&r);
+    CHECK_EQ_INT(ts_stop(&s), 0);
+}
+
 TEST(server_metrics_count_tokens_and_latency)
 {
     test_server s;
