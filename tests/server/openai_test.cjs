@@ -1,7 +1,8 @@
 // hydra-serve through the official `openai` npm package, unmodified:
 // models, chat and completions with and without streaming, include_usage,
-// stop strings, seeds, max_tokens -> finish_reason "length", an API key
-// accepted and a wrong one rejected, a 400 surfaced as BadRequestError.
+// stop strings, seeds, max_tokens -> finish_reason "length", logprobs (chat
+// and legacy completions), an API key accepted and a wrong one rejected, a
+// 400 surfaced as BadRequestError.
 //
 //   node tests/server/openai_test.cjs PORT NODE_MODULES_DIR API_KEY
 //
@@ -94,6 +95,21 @@ async function main() {
   })).choices[0].text;
   const a = await sampled(7), b = await sampled(7);
   check('seed reproducibility', a === b, JSON.stringify({ a, b }));
+
+  // logprobs in OpenAI's shapes: chat content entries, and the legacy completions arrays
+  const lp = await client.chat.completions.create({
+    model: 'hydra', messages, max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2,
+  });
+  const entries = lp.choices[0].logprobs && lp.choices[0].logprobs.content;
+  check('chat logprobs', Array.isArray(entries) && entries.length === 4 && entries.every((e) =>
+    typeof e.token === 'string' && e.logprob <= 0 && Array.isArray(e.bytes) && e.top_logprobs.length === 2 &&
+    e.top_logprobs[0].token === e.token), JSON.stringify(lp.choices[0].logprobs));
+  const clp = await client.completions.create({
+    model: 'hydra', prompt, max_tokens: 3, temperature: 0, ignore_eos: true, logprobs: 1,
+  });
+  const legacy = clp.choices[0].logprobs;
+  check('completions logprobs', legacy && legacy.tokens.length === 3 && legacy.token_logprobs.length === 3 &&
+        legacy.top_logprobs.length === 3 && legacy.text_offset.length === 3, JSON.stringify(legacy));
 
   try {
     await client.chat.completions.create({ model: 'hydra', messages, temperature: 5 });
