@@ -24,10 +24,22 @@ enum {
     CHUNKS_PER_THREAD = 4,   /* a batch: a few chunks per thread between writes */
 };
 
-/* The embedding's share along the skew direction: a unit vector beside a
- * token part of norm ~1 (std 1/sqrt(n_embd) per value), so the normed
- * state starts at 45 degrees to it. */
-static const float SKEW_EMBD_SHARE = 1.0f;
+/* The skewed router's constants, measured on 48-layer, 128-expert files
+ * (docs/HYBRID.md, "Policies"):
+ *  - SKEW_EMBD_STD: token embeddings drawn with this std per value instead
+ *    of 1/sqrt(n_embd).  Random blocks add a component shared by all
+ *    tokens (attention averages over positions), which after a few layers
+ *    routes every token to the same experts (top 25% of experts: 99% of
+ *    lookups at skew 0 with the plain embeddings); an embedding of norm
+ *    8 sqrt(n_embd) against sublayer outputs of norm ~sqrt(n_embd) keeps
+ *    each token's identity through 48 layers, at any width.
+ *  - SKEW_EMBD_SHARE: the shared direction's length relative to the token
+ *    part (0.3: the normed state at ~17 degrees from the token part).
+ *  - SKEW_ROUTER_GAIN: scales -S ln(1 + rank) so that S is close to the
+ *    measured Zipf exponent of the head (S 1: ~0.9). */
+static const float SKEW_EMBD_STD = 8.0f;
+static const float SKEW_EMBD_SHARE = 0.3f;
+static const float SKEW_ROUTER_GAIN = 2.0f;
 
 struct synth_weights {
     thread_pool *pool;
@@ -175,7 +187,7 @@ static void router_coefs(float *coef, uint64_t n_rows, uint64_t row_len, float s
         mean += log1p((double)coef[r]);
     mean /= (double)n_rows;
     for (uint64_t r = 0; r < n_rows; r++)
-        coef[r] = (float)(-(double)skew * (log1p((double)coef[r]) - mean) / sqrt((double)row_len));
+        coef[r] = (float)(-(double)skew * SKEW_ROUTER_GAIN * (log1p((double)coef[r]) - mean) / sqrt((double)row_len));
 }
 
 /* ------------------------------------------------------------ batches */
@@ -191,6 +203,7 @@ typedef struct batch {
     uint8_t *bytes;
     const float *dir;               /* NULL: no skew in this tensor */
     const float *row_coef;          /* per row multiple of dir; NULL: SKEW_EMBD_SHARE for every row */
+    float gain;                     /* the drawn values' multiplier (skewed embeddings: SKEW_EMBD_GAIN) */
     const uint8_t *pool;            /* fast style: pool_rows quantised rows; NULL: quantise every row */
     uint64_t pool_rows;
 } batch;
@@ -201,7 +214,7 @@ static void add_direction(const batch *b, float *v, uint64_t row0, uint64_t rows
     if (b->dir == NULL)
         return;
     for (uint64_t r = 0; r < rows; r++) {
-        float coef = b->row_coef ? b->row_coef[row0 + r] : SKEW_EMBD_SHARE;
+        float coef = b->row_coef ? b->row_coef[row0 + r] : SKEW_EMBD_SHARE * b->gain;
         for (uint64_t i = 0; i < b->t->row_len; i++)
             v[r * b->t->row_len + i] += coef * b->dir[i];
     }
@@ -218,6 +231,8 @@ static void quantise_chunk(const batch *b, float *v, uint64_t chunk, uint8_t *ou
 {
     uint64_t rows = chunk_rows_of(b, chunk), n = rows * b->t->row_len;
     fill_values(v, n, b->t, chunk_seed(b->tensor_state, chunk));
+    for (uint64_t i = 0; b->gain != 1.0f && i < n; i++)
+        v[i] *= b->gain;
     add_direction(b, v, chunk * b->chunk_rows, rows);
     b->qt->from_float(v, out, (int64_t)n);
 }
@@ -294,6 +309,7 @@ static hydra_status prepare_skew(synth_weights *w, batch *b, uint64_t seed)
     if (router)
         router_coefs(w->row_coef, t->n_rows, t->row_len, w->style.router_skew, b->tensor_state);
     b->dir = w->dir, b->row_coef = router ? w->row_coef : NULL;
+    b->gain = router ? 1.0f : SKEW_EMBD_STD * (float)sqrt((double)t->row_len);
     return HYDRA_OK;
 }
 
@@ -313,7 +329,7 @@ static hydra_status prepare_pool(synth_weights *w, batch *b)
 hydra_status synth_weights_stream(synth_weights *w, const synth_weight_tensor *t, uint64_t seed, synth_sink_fn sink,
                                   void *user)
 {
-    batch b = {.t = t, .qt = quant_traits_of(t->type), .tensor_state = tensor_seed(seed, t->name)};
+    batch b = {.t = t, .qt = quant_traits_of(t->type), .tensor_state = tensor_seed(seed, t->name), .gain = 1.0f};
     if (b.qt == NULL || b.qt->from_float == NULL || t->row_len == 0 || !quant_row_bytes(t->type, t->row_len, &b.row_bytes))
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "synthetic weights: %s: cannot quantise rows of %" PRIu64 " values",
                           t->name, t->row_len);

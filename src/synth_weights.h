@@ -14,12 +14,15 @@
  *    value.  The blocks are valid and random; the matrices have low rank
  *    (benchmarks only, never accuracy).
  *  - router_skew S > 0: expert popularity like trained models' (roughly
- *    Zipf).  Every token embedding gets a shared unit direction m; row e of
- *    every MoE router gets b_e * m / sqrt(n_embd), with b_e = -S * ln(1 +
- *    rank_e) centred over the layer, rank_e a per-layer random permutation.
- *    The normed hidden state keeps a component along m, so expert e's logit
- *    carries a bias proportional to b_e; under Gumbel-like noise a bias of
- *    -S ln(rank) gives a top-1 frequency ~ rank^-S.
+ *    Zipf).  Every token embedding gets a shared unit direction m (and is
+ *    drawn larger, so that each token's identity survives 48 random
+ *    layers); row e of every MoE router gets b_e * m / sqrt(n_embd), with
+ *    b_e = -2 S ln(1 + rank_e) centred over the layer, rank_e a per-layer
+ *    random permutation.  The normed hidden state keeps a component along
+ *    m, so expert e's logit carries a bias proportional to b_e: popularity
+ *    falls with rank roughly as a power law (measured exponent ~0.9 at
+ *    S 1; constants and measurements in synth_weights.c and
+ *    docs/HYBRID.md).  S 0 leaves files exactly as before.
  */
 #ifndef HYDRA_SYNTH_WEIGHTS_H
 #define HYDRA_SYNTH_WEIGHTS_H
