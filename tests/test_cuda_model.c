@@ -7,7 +7,7 @@
  * output identical across 3 sessions; logits bit-identical with and
  * without CUDA graphs over 64 greedy tokens (the graph captured once and
  * replayed); 20 open/close cycles give the device memory back.  Models the
- * GPU cannot run yet (MLA, sinks, IQ2/IQ3 types) are skipped by name.
+ * GPU cannot run yet are skipped, naming what is missing.
  * Skips without a CUDA device.
  */
 #include "gpu/gpu.h"
@@ -186,6 +186,8 @@ CUDA_REFERENCE_TEST(mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
 CUDA_REFERENCE_TEST(qwen2moe_tiny_f32, "qwen2moe-tiny-f32")
 CUDA_REFERENCE_TEST(qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
 CUDA_REFERENCE_TEST(deepseek2_tiny_f32, "deepseek2-tiny-f32")
+CUDA_REFERENCE_TEST(deepseek2_tiny_q8_0, "deepseek2-tiny-q8_0")
+CUDA_REFERENCE_TEST(gptoss_tiny_f32, "gptoss-tiny-f32")
 CUDA_REFERENCE_TEST(gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
 enum { GRAPH_TOKENS = 64 };

@@ -13,12 +13,16 @@
  *     tiles (F32, BF16: float rounding).
  * Row counts cross the kernels' tile edges (67 rows; 3, 8 and 40 tokens).
  */
+#include "../kernels/cpu/ops.h"
 #include "gpu/gpu.h"
+#include "gpu/gpu_check_ops.h"
+#include "moe.h"
 #include "quant.h"
 #include "test.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const uint32_t gpu_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q4_1,   QT_Q5_0,  QT_Q5_1,
                                      QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K,   QT_Q5_K,   QT_Q6_K,  QT_IQ4_NL,
@@ -156,4 +160,457 @@ TEST(cuda_linear_every_type_matches_reference)
     free(c.hq);
     free(c.xd);
     free(c.hd);
+}
+
+/* --- per-row kernels against the CPU's reference ops (kernels/cpu/ops.c,
+ * src/moe.c), on random inputs: one behaviour per test.  The embedding
+ * kernel is checked by test_cuda_quant.c (gpu_check_dequant). */
+
+#define REQUIRE_GPU()                                                                                          \
+    do {                                                                                                       \
+        const char *why_;                                                                                      \
+        if (!gpu_available(&why_))                                                                             \
+            SKIP("%s", why_);                                                                                  \
+    } while (0)
+
+static float *random_floats(uint64_t *seed, size_t n, float scale)
+{
+    float *v = malloc(sizeof(float) * (n > 0 ? n : 1));
+    for (size_t i = 0; v != NULL && i < n; i++)
+        v[i] = rng_float(seed) * scale;
+    return v;
+}
+
+/* The first index where got and want differ by more than abs + rel *
+ * |want|, or -1. */
+static long first_mismatch(const float *got, const float *want, size_t n, double abs_tol, double rel_tol)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= abs_tol + rel_tol * fabs((double)want[i])))
+            return (long)i;
+    return -1;
+}
+
+#define CHECK_CLOSE(got, want, n, abs_tol, rel_tol)                                                            \
+    do {                                                                                                       \
+        const long i_ = first_mismatch((got), (want), (n), (abs_tol), (rel_tol));                              \
+        if (i_ >= 0)                                                                                           \
+            FAIL("value %ld: GPU %.9g, CPU %.9g", i_, (double)(got)[i_], (double)(want)[i_]);                  \
+    } while (0)
+
+enum { NORM_ROWS = 5, NORM_N = 320 };
+
+TEST(cuda_op_rmsnorm_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x1234567ull;
+    float *x = random_floats(&seed, NORM_ROWS * NORM_N, 3.0f), *gain = random_floats(&seed, NORM_N, 1.0f);
+    float y[NORM_ROWS * NORM_N], want[NORM_ROWS * NORM_N];
+    CHECK(x && gain);
+    CHECK_OK(gpu_check_rmsnorm(x, gain, 1e-6f, NORM_ROWS, NORM_N, false, y, NULL, NULL));
+    for (int r = 0; r < NORM_ROWS; r++)
+        op_rmsnorm(want + r * NORM_N, x + r * NORM_N, gain, NORM_N, 1e-6f);
+    CHECK_CLOSE(y, want, NORM_ROWS * NORM_N, 1e-7, 1e-6);
+    free(x);
+    free(gain);
+}
+
+TEST(cuda_op_rmsnorm_8bit_form_follows_the_rule)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x7654321ull;
+    float *x = random_floats(&seed, NORM_ROWS * NORM_N, 2.0f);
+    float y[NORM_ROWS * NORM_N], d[NORM_ROWS * NORM_N / 32], want_d[NORM_ROWS * NORM_N / 32];
+    int8_t q[NORM_ROWS * NORM_N], want_q[NORM_ROWS * NORM_N];
+    CHECK(x != NULL);
+    CHECK_OK(gpu_check_rmsnorm(x, NULL, 1e-5f, NORM_ROWS, NORM_N, true, y, q, d));
+    quantize_rule(y, NORM_ROWS * NORM_N, want_q, want_d);
+    for (int i = 0; i < NORM_ROWS * NORM_N; i++)
+        if (q[i] != want_q[i])
+            FAIL("value %d: 8-bit %d, rule %d", i, q[i], want_q[i]);
+    CHECK(memcmp(d, want_d, sizeof d) == 0);
+    free(x);
+}
+
+/* --- RoPE */
+
+enum { ROPE_HEADS = 4, ROPE_KV = 2, ROPE_DIM = 64, ROPE_TOK = 5, ROPE_POS0 = 37 };
+
+/* Runs c on random q/k and compares with op_rmsnorm (when gains) then
+ * op_rope at every head of every token. */
+static const char *rope_case(gpu_rope_check *c, char *msg, size_t len)
+{
+    uint64_t seed = 0xABCDEFull;
+    const int nq = ROPE_TOK * ROPE_HEADS * ROPE_DIM, nk = ROPE_TOK * ROPE_KV * ROPE_DIM;
+    float *q = random_floats(&seed, nq, 1.0f), *k = random_floats(&seed, nk, 1.0f);
+    float *wq = malloc(sizeof(float) * nq), *wk = malloc(sizeof(float) * nk);
+    const char *bad = NULL;
+    if (!q || !k || !wq || !wk) {
+        bad = "out of memory";
+        goto done;
+    }
+    memcpy(wq, q, sizeof(float) * nq);
+    memcpy(wk, k, sizeof(float) * nk);
+    c->n_head = ROPE_HEADS, c->n_head_kv = ROPE_KV, c->head_dim = ROPE_DIM, c->n_tok = ROPE_TOK;
+    c->pos0 = ROPE_POS0;
+    if (gpu_check_rope(c, q, k) != HYDRA_OK) {
+        snprintf(msg, len, "gpu_check_rope: %s", hydra_last_error());
+        bad = msg;
+        goto done;
+    }
+    const rope_style style = c->neox ? ROPE_NEOX : ROPE_NORMAL;
+    float cs[ROPE_DIM];
+    for (int t = 0; t < ROPE_TOK; t++) {
+        op_rope_cache_ext(cs, ROPE_POS0 + t, &c->rope);
+        for (int h = 0; h < ROPE_HEADS + ROPE_KV; h++) {
+            float *head = h < ROPE_HEADS ? wq + (t * ROPE_HEADS + h) * ROPE_DIM
+                                         : wk + (t * ROPE_KV + h - ROPE_HEADS) * ROPE_DIM;
+            const float *gain = h < ROPE_HEADS ? c->q_norm : c->k_norm;
+            if (gain != NULL)
+                op_rmsnorm(head, head, gain, ROPE_DIM, c->eps);
+            op_rope(head, cs, c->rope.n_rot, style);
+        }
+    }
+    const long iq = first_mismatch(q, wq, nq, 2e-5, 1e-4), ik = first_mismatch(k, wk, nk, 2e-5, 1e-4);
+    if (iq >= 0 || ik >= 0) {
+        snprintf(msg, len, "%s value %ld: GPU %.9g, CPU %.9g", iq >= 0 ? "q" : "k", iq >= 0 ? iq : ik,
+                 iq >= 0 ? q[iq] : k[ik], iq >= 0 ? wq[iq] : wk[ik]);
+        bad = msg;
+    }
+done:
+    free(q);
+    free(k);
+    free(wq);
+    free(wk);
+    return bad;
+}
+
+TEST(cuda_op_rope_neox_matches_cpu)
+{
+    REQUIRE_GPU();
+    gpu_rope_check c = {.neox = true, .rope = op_rope_plain(ROPE_DIM, 1e6f)};
+    char msg[256];
+    const char *bad = rope_case(&c, msg, sizeof msg);
+    if (bad != NULL)
+        FAIL("%s", bad);
+}
+
+TEST(cuda_op_rope_normal_partial_matches_cpu)
+{
+    REQUIRE_GPU();
+    gpu_rope_check c = {.neox = false, .rope = op_rope_plain(ROPE_DIM / 2, 1e4f)};
+    char msg[256];
+    const char *bad = rope_case(&c, msg, sizeof msg);
+    if (bad != NULL)
+        FAIL("%s", bad);
+}
+
+TEST(cuda_op_rope_yarn_matches_cpu)
+{
+    REQUIRE_GPU();
+    rope_params p = op_rope_plain(ROPE_DIM, 150000.0f);
+    p.freq_scale = 1.0f / 32.0f;
+    p.ext_factor = 1.0f;
+    op_rope_yarn_corr(&p, 4096, 32.0f, 1.0f);
+    gpu_rope_check c = {.neox = true, .rope = p};
+    char msg[256];
+    const char *bad = rope_case(&c, msg, sizeof msg);
+    if (bad != NULL)
+        FAIL("%s", bad);
+}
+
+TEST(cuda_op_qk_norm_then_rope_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x5151ull;
+    float *qn = random_floats(&seed, ROPE_DIM, 1.5f), *kn = random_floats(&seed, ROPE_DIM, 1.5f);
+    CHECK(qn && kn);
+    gpu_rope_check c = {.neox = true, .rope = op_rope_plain(ROPE_DIM, 1e6f), .q_norm = qn, .k_norm = kn,
+                        .eps = 1e-6f};
+    char msg[256];
+    const char *bad = rope_case(&c, msg, sizeof msg);
+    free(qn);
+    free(kn);
+    if (bad != NULL)
+        FAIL("%s", bad);
+}
+
+/* --- attention */
+
+/* out of every (token, KV head) by op_attention_group over an F32 cache
+ * without a ring. */
+static void attention_cpu(const gpu_attn_check *c, const float *q, const float *k, const float *v, float *out)
+{
+    const int group = c->n_head / c->n_head_kv, dk = c->head_dim_k, dv = c->head_dim_v;
+    const size_t k_row = (size_t)c->n_head_kv * dk, v_row = c->v_in_k ? k_row : (size_t)c->n_head_kv * dv;
+    float *scratch = malloc(sizeof(float) * op_attention_scratch(group, c->n_ctx, dk, dv));
+    for (int t = 0; scratch != NULL && t < c->n_tok; t++)
+        for (int g = 0; g < c->n_head_kv; g++) {
+            const int64_t pos = c->pos0 + t;
+            int64_t n_kv = pos + 1;
+            if (c->window > 0 && n_kv > c->window)
+                n_kv = c->window;
+            const attn_args a = {.head_dim_k = dk, .head_dim_v = dv, .scale = c->scale, .kv_type = QT_F32,
+                                 .k = k + (size_t)g * dk, .k_stride = sizeof(float) * k_row,
+                                 .v = c->v_in_k ? k : v + (size_t)g * dv, .v_stride = sizeof(float) * v_row,
+                                 .n_kv = n_kv, .first = pos - n_kv + 1, .n_slots = 0,
+                                 .sinks = c->sinks != NULL ? c->sinks + g * group : NULL};
+            const size_t head0 = (size_t)t * c->n_head + (size_t)g * group;
+            op_attention_group(&op_kernels_scalar, q + head0 * dk, group, &a, scratch, out + head0 * dv);
+        }
+    free(scratch);
+}
+
+static const char *attention_case(const gpu_attn_check *c, char *msg, size_t len)
+{
+    uint64_t seed = 0xA77E5ull + (uint64_t)c->pos0;
+    const size_t nq = (size_t)c->n_tok * c->n_head * c->head_dim_k, no = (size_t)c->n_tok * c->n_head * c->head_dim_v;
+    float *q = random_floats(&seed, nq, 1.0f);
+    float *k = random_floats(&seed, (size_t)c->n_ctx * c->n_head_kv * c->head_dim_k, 1.0f);
+    float *v = random_floats(&seed, (size_t)c->n_ctx * c->n_head_kv * c->head_dim_v, 1.0f);
+    float *got = malloc(sizeof(float) * no), *want = malloc(sizeof(float) * no);
+    const char *bad = NULL;
+    if (!q || !k || !v || !got || !want)
+        bad = "out of memory";
+    else if (gpu_check_attention(c, q, k, c->v_in_k ? NULL : v, got) != HYDRA_OK)
+        bad = hydra_last_error();
+    if (bad == NULL) {
+        attention_cpu(c, q, k, v, want);
+        const long i = first_mismatch(got, want, no, 5e-5, 1e-4);
+        if (i >= 0) {
+            snprintf(msg, len, "token %ld head %ld value %ld: GPU %.9g, CPU %.9g",
+                     i / ((long)c->n_head * c->head_dim_v), i / c->head_dim_v % c->n_head, i % c->head_dim_v,
+                     got[i], want[i]);
+            bad = msg;
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(got);
+    free(want);
+    return bad;
+}
+
+#define ATTENTION_CASE(...)                                                                                    \
+    do {                                                                                                       \
+        REQUIRE_GPU();                                                                                         \
+        const gpu_attn_check c_ = {__VA_ARGS__};                                                               \
+        char msg_[256];                                                                                        \
+        const char *bad_ = attention_case(&c_, msg_, sizeof msg_);                                             \
+        if (bad_ != NULL)                                                                                      \
+            FAIL("%s", bad_);                                                                                  \
+    } while (0)
+
+TEST(cuda_op_attention_gqa_decode_matches_cpu)
+{
+    ATTENTION_CASE(.n_head = 8, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .scale = 0.125f, .n_tok = 1,
+                   .pos0 = 300, .n_ctx = 400);
+}
+
+TEST(cuda_op_attention_gqa_prefill_matches_cpu)
+{
+    ATTENTION_CASE(.n_head = 8, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .scale = 0.125f, .n_tok = 37,
+                   .pos0 = 100, .n_ctx = 256);
+}
+
+TEST(cuda_op_attention_ext_kernel_matches_cpu_without_extras)
+{
+    ATTENTION_CASE(.n_head = 8, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .scale = 0.125f, .n_tok = 9,
+                   .pos0 = 250, .n_ctx = 300, .ext = true);
+}
+
+TEST(cuda_op_attention_sinks_match_cpu)
+{
+    const float sinks[4] = {0.5f, -1.0f, 2.5f, 0.0f};
+    ATTENTION_CASE(.n_head = 4, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .scale = 0.17f, .n_tok = 6,
+                   .pos0 = 140, .n_ctx = 200, .sinks = sinks);
+}
+
+TEST(cuda_op_attention_sliding_window_matches_cpu)
+{
+    ATTENTION_CASE(.n_head = 4, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .scale = 0.17f, .n_tok = 20,
+                   .pos0 = 150, .n_ctx = 300, .window = 48);
+}
+
+TEST(cuda_op_attention_mla_latent_matches_cpu)
+{
+    /* deepseek2's shape in latent space: one KV head of kv_lora + n_rot
+     * for 16 query heads, the value the first kv_lora of each row */
+    ATTENTION_CASE(.n_head = 16, .n_head_kv = 1, .head_dim_k = 80, .head_dim_v = 64, .v_in_k = true,
+                   .scale = 0.144f, .n_tok = 6, .pos0 = 200, .n_ctx = 260);
+}
+
+/* --- expert selection */
+
+enum { SEL_TOK = 16 };
+
+static const char *select_case(const gpu_select_check *c, char *msg, size_t len)
+{
+    uint64_t seed = 0x5E1Eull + (uint64_t)c->n_expert;
+    float *logits = random_floats(&seed, (size_t)SEL_TOK * c->n_expert, 4.0f);
+    const size_t n_routes = (size_t)SEL_TOK * c->n_used;
+    int32_t *experts = malloc(sizeof(int32_t) * n_routes);
+    float *weights = malloc(sizeof(float) * n_routes);
+    moe_route *want = malloc(sizeof(moe_route) * n_routes);
+    moe_scratch s = {.n_expert = c->n_expert, .probs = malloc(sizeof(float) * c->n_expert),
+                     .chosen = malloc((size_t)c->n_expert), .group_score = malloc(sizeof(float) * c->n_expert),
+                     .group_taken = malloc((size_t)c->n_expert)};
+    const char *bad = NULL;
+    if (!logits || !experts || !weights || !want || !s.probs || !s.chosen || !s.group_score || !s.group_taken)
+        bad = "out of memory";
+    else if (gpu_check_select(c, logits, SEL_TOK, experts, weights) != HYDRA_OK)
+        bad = hydra_last_error();
+    if (bad == NULL) {
+        const moe_gating g = {.func = (arch_gating)c->func, .n_expert = c->n_expert, .n_used = c->n_used,
+                              .renorm = c->renorm, .scale = c->scale, .sel_bias = c->sel_bias,
+                              .n_group = c->n_group, .n_group_used = c->n_group_used};
+        moe_select(&g, &s, logits, SEL_TOK, want);
+        for (size_t i = 0; i < n_routes && bad == NULL; i++)
+            if (experts[i] != want[i].expert ||
+                !(fabs((double)weights[i] - want[i].weight) <= 1e-6 + 1e-5 * fabs((double)want[i].weight))) {
+                snprintf(msg, len, "token %zu rank %zu: GPU expert %d weight %.9g, CPU expert %d weight %.9g",
+                         i / c->n_used, i % c->n_used, experts[i], weights[i], want[i].expert, want[i].weight);
+                bad = msg;
+            }
+    }
+    free(logits);
+    free(experts);
+    free(weights);
+    free(want);
+    free(s.probs);
+    free(s.chosen);
+    free(s.group_score);
+    free(s.group_taken);
+    return bad;
+}
+
+#define SELECT_CASE(...)                                                                                       \
+    do {                                                                                                       \
+        REQUIRE_GPU();                                                                                         \
+        const gpu_select_check c_ = {__VA_ARGS__};                                                             \
+        char msg_[256];                                                                                        \
+        const char *bad_ = select_case(&c_, msg_, sizeof msg_);                                                \
+        if (bad_ != NULL)                                                                                      \
+            FAIL("%s", bad_);                                                                                  \
+    } while (0)
+
+TEST(cuda_op_topk_softmax_renorm_matches_cpu)
+{
+    SELECT_CASE(.n_expert = 64, .n_used = 8, .func = GATING_SOFTMAX, .renorm = true, .scale = 1.0f,
+                .plain_kernel = true);
+}
+
+TEST(cuda_op_topk_sigmoid_scaled_matches_cpu)
+{
+    SELECT_CASE(.n_expert = 40, .n_used = 4, .func = GATING_SIGMOID, .renorm = false, .scale = 2.5f,
+                .plain_kernel = true);
+}
+
+TEST(cuda_op_select_softmax_renorm_matches_cpu)
+{
+    SELECT_CASE(.n_expert = 64, .n_used = 8, .func = GATING_SOFTMAX, .renorm = true, .scale = 1.0f);
+}
+
+TEST(cuda_op_select_sigmoid_bias_groups_matches_cpu)
+{
+    uint64_t seed = 0xB1A5ull;
+    float *bias = random_floats(&seed, 64, 0.3f);
+    CHECK(bias != NULL);
+    SELECT_CASE(.n_expert = 64, .n_used = 6, .func = GATING_SIGMOID, .renorm = true, .scale = 2.5f, .sel_bias = bias,
+                .n_group = 8, .n_group_used = 3);
+    free(bias);
+}
+
+TEST(cuda_op_select_softmax_over_chosen_matches_cpu)
+{
+    SELECT_CASE(.n_expert = 32, .n_used = 4, .func = GATING_SOFTMAX_WEIGHT, .renorm = false, .scale = 1.0f);
+}
+
+/* --- FFN activation */
+
+enum { GLU_ROWS = 12, GLU_FF = 96, GLU_EXPERTS = 5 };
+
+TEST(cuda_op_swiglu_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x6106ull;
+    float *g = random_floats(&seed, GLU_ROWS * GLU_FF, 6.0f), *u = random_floats(&seed, GLU_ROWS * GLU_FF, 6.0f);
+    float h[GLU_ROWS * GLU_FF], want[GLU_ROWS * GLU_FF];
+    CHECK(g && u);
+    const gpu_glu_check c = {.n_rows = GLU_ROWS, .ff = GLU_FF};
+    CHECK_OK(gpu_check_glu(&c, g, u, h));
+    op_swiglu(want, g, u, GLU_ROWS * GLU_FF);
+    CHECK_CLOSE(h, want, GLU_ROWS * GLU_FF, 1e-6, 1e-5);
+    free(g);
+    free(u);
+}
+
+TEST(cuda_op_clamped_swiglu_with_expert_biases_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x0A1ull;
+    float *g = random_floats(&seed, GLU_ROWS * GLU_FF, 12.0f), *u = random_floats(&seed, GLU_ROWS * GLU_FF, 12.0f);
+    float *gb = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f), *ub = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f);
+    float h[GLU_ROWS * GLU_FF], want[GLU_ROWS * GLU_FF];
+    int32_t experts[GLU_ROWS];
+    CHECK(g && u && gb && ub);
+    for (int r = 0; r < GLU_ROWS; r++)
+        experts[r] = (r * 3) % GLU_EXPERTS;
+    const gpu_glu_check c = {.n_rows = GLU_ROWS, .ff = GLU_FF, .gate_bias = gb, .up_bias = ub, .experts = experts,
+                             .n_expert = GLU_EXPERTS, .oai = true, .alpha = 1.702f, .limit = 7.0f};
+    CHECK_OK(gpu_check_glu(&c, g, u, h));
+    for (int r = 0; r < GLU_ROWS; r++) {
+        op_axpy(g + r * GLU_FF, 1.0f, gb + experts[r] * GLU_FF, GLU_FF);
+        op_axpy(u + r * GLU_FF, 1.0f, ub + experts[r] * GLU_FF, GLU_FF);
+    }
+    op_swiglu_oai(want, g, u, GLU_ROWS * GLU_FF, 1.702f, 7.0f);
+    CHECK_CLOSE(h, want, GLU_ROWS * GLU_FF, 1e-6, 1e-5);
+    free(g);
+    free(u);
+    free(gb);
+    free(ub);
+}
+
+/* --- combine and residual adds */
+
+enum { CB_TOK = 3, CB_USED = 4, CB_N = 200 };
+
+TEST(cuda_op_moe_combine_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0xC0B1ull;
+    float *w = random_floats(&seed, CB_TOK * CB_USED, 1.0f), *y = random_floats(&seed, CB_TOK * CB_USED * CB_N, 3.0f);
+    float *x = random_floats(&seed, CB_TOK * CB_N, 3.0f);
+    float want[CB_TOK * CB_N];
+    CHECK(w && y && x);
+    memcpy(want, x, sizeof want);
+    CHECK_OK(gpu_check_combine(w, y, CB_TOK, CB_USED, CB_N, x));
+    for (int t = 0; t < CB_TOK; t++) {
+        float sub[CB_N] = {0};
+        for (int k = 0; k < CB_USED; k++)
+            op_axpy(sub, w[t * CB_USED + k], y + (t * CB_USED + k) * CB_N, CB_N);
+        op_axpy(want + t * CB_N, 1.0f, sub, CB_N);
+    }
+    CHECK_CLOSE(x, want, CB_TOK * CB_N, 1e-6, 1e-5);
+    free(w);
+    free(y);
+    free(x);
+}
+
+TEST(cuda_op_gated_residual_add_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0xADDull;
+    float *y = random_floats(&seed, CB_TOK * CB_N, 3.0f), *x = random_floats(&seed, CB_TOK * CB_N, 3.0f);
+    const float gate[CB_TOK] = {-1.5f, 0.0f, 2.0f};
+    float want[CB_TOK * CB_N];
+    CHECK(y && x);
+    memcpy(want, x, sizeof want);
+    CHECK_OK(gpu_check_add_rows(y, gate, CB_TOK, CB_N, x));
+    for (int t = 0; t < CB_TOK; t++)
+        op_axpy(want + t * CB_N, 1.0f / (1.0f + expf(-gate[t])), y + t * CB_N, CB_N);
+    CHECK_CLOSE(x, want, CB_TOK * CB_N, 1e-6, 1e-5);
+    free(y);
+    free(x);
 }

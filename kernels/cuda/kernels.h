@@ -194,6 +194,7 @@ typedef struct gk_rope {
     bool neox;
     float theta_scale;             /* base^(-2 / n_rot), computed on the host as the CPU does */
     float freq_scale, attn_factor; /* linear scaling: theta * freq_scale; cos and sin * attn_factor */
+    float ext_factor, corr_low, corr_high; /* YaRN (rope.cuh); ext_factor 0: none */
     void *k_cache, *v_cache;       /* this layer's cache */
     bool kv_f16;
     int n_tok;

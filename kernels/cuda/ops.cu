@@ -6,6 +6,7 @@
  * the K/V cache store, SwiGLU and residual adds.
  */
 #include "common.cuh"
+#include "rope.cuh"
 #include "row_norm.cuh"
 
 /* One thread per 32-value chunk of an embedding row. */
@@ -52,10 +53,14 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_rmsnorm(const float *x, con
     gpu_pdl_wait();
     __shared__ double red[GK_NORM_THREADS / GPU_WARP];
     const float *xr = x + blockIdx.x * n;
+    const gk_norm_out out = {gain, eps, y, q, meta};
+    if (rmsnorm_row_fits(n)) {
+        rmsnorm_row(xr, n, &out, blockIdx.x, red);
+        return;
+    }
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += GK_NORM_THREADS)
         sum += (double)xr[i] * xr[i];
-    const gk_norm_out out = {gain, eps, y, q, meta};
     row_norm_store(xr, n, block_sum_d(sum, red), &out, blockIdx.x);
 }
 
@@ -114,12 +119,10 @@ __global__ void k_rope_store(gk_rope r, const gk_step *step)
     }
     const int half_rot = r.n_rot / 2;
     for (int i = lane; i < half_rot; i += GPU_WARP) {
-        float theta = (float)pos;
-        for (int k = 0; k < i; k++)
-            theta *= r.theta_scale;
-        theta *= r.freq_scale;
-        const float c = cosf(theta) * r.attn_factor, sn = sinf(theta) * r.attn_factor;
-        const int ia = r.neox ? i : 2 * i, ib = r.neox ? i + half_rot : 2 * i + 1;
+        float c, sn;
+        int ia, ib;
+        rope_cos_sin(r, pos, i, &c, &sn);
+        rope_pair(r.neox, r.n_rot, i, &ia, &ib);
         const float x0 = hv[ia], x1 = hv[ib];
         hv[ia] = x0 * c - x1 * sn;
         hv[ib] = x0 * sn + x1 * c;

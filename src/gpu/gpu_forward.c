@@ -19,7 +19,7 @@
  * matrix-vector kernels (8-bit activations, integer dot products); larger
  * steps take the tiled matrix-matrix kernels.
  */
-#include "gpu_internal.h"
+#include "gpu_arch.h"
 
 #include "../quant.h"
 
@@ -163,6 +163,8 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     if (!g->xn_normed) /* else the previous layer's combine wrote it */
         TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_ATTN_NORM), n, &g->xn));
     g->xn_normed = false;
+    if (g->mla != NULL) /* deepseek2: attention in latent space (gpu_mla.c) */
+        return gpu_mla_attention(g, l, sh);
     TRY_ST(project_qkv(g, l, n));
 
     uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
@@ -173,7 +175,8 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
                        .head_dim_v = (int)hp->head_dim_v, .n_rot = (int)hp->n_rot,
                        .neox = g->w->arch->rope == ROPE_NEOX, .theta_scale = powf(hp->rope.base, -2.0f / (float)hp->n_rot),
                        .freq_scale = hp->rope.freq_scale, .attn_factor = hp->rope.attn_factor,
-                       .k_cache = k_cache, .v_cache = v_cache, .kv_f16 = g->o.kv_type == QT_F16, .n_tok = n};
+                       .ext_factor = hp->rope.ext_factor, .corr_low = hp->rope.corr_low,
+                       .corr_high = hp->rope.corr_high, .k_cache = k_cache, .v_cache = v_cache, .kv_f16 = g->o.kv_type == QT_F16, .n_tok = n};
     TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
     gpu_prof_mark(g, OP_ROPE);
 
@@ -190,7 +193,7 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
                            .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
                            .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale, .n_tok = n_g, .tok0 = t0,
                            .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f + t0 * datt};
-        TRY(gk_attention(g->stream, &a, g->d_step), "attention");
+        TRY(gpu_attn_launch(g, l, &a), "attention"); /* sinks, windows: gpu_arch.c */
     }
     gpu_prof_mark(g, OP_ATTN);
     act_bind(&g->att, datt, n);
@@ -206,7 +209,7 @@ static hydra_status ffn_dense(gpu_session *g, const gk_mat *gate, const gk_mat *
                               float *out, bool accumulate)
 {
     const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
-    if (n <= GK_MATVEC_MAX_TOK && glu_pair(gate, up)) {
+    if (n <= GK_MATVEC_MAX_TOK && glu_pair(gate, up) && g->w->arch->act == ACT_SWIGLU) {
         if (reads_8bit(gate))
             TRY_ST(act_quantize(g, &g->xn));
         const gk_act xa = act_view(&g->xn, 0);
@@ -216,7 +219,7 @@ static hydra_status ffn_dense(gpu_session *g, const gk_mat *gate, const gk_mat *
     } else {
         TRY_ST(linear(g, gate, &g->xn, 0, n, g->h_gate, ff, NULL, false, OP_FFN));
         TRY_ST(linear(g, up, &g->xn, 0, n, g->h_up, ff, NULL, false, OP_FFN));
-        TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n * ff, g->h.f), "swiglu");
+        TRY_ST(gpu_ffn_activate(g, 0, false, NULL, NULL, n, ff));
     }
     act_bind(&g->h, ff, n);
     return linear(g, down, &g->h, 0, n, out, embd, NULL, accumulate, OP_FFN);
@@ -239,14 +242,14 @@ static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
     const gk_rows by_token = {.routes = g->routes, .n_routes = n_routes, .act_by_token = true};
-    if (glu_pair(gate, up)) {
+    if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
         const gk_out o = {.y = g->h.f, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, up, &xa, &by_token, &o), "experts gate/up");
     } else {
         const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, NULL, &xa, &by_token, &og), "experts gate");
         TRY(gk_matvec(g->stream, up, NULL, &xa, &by_token, &ou), "experts up");
-        TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n_routes * ff, g->h.f), "swiglu");
+        TRY_ST(gpu_ffn_activate(g, l, true, g->routes, NULL, n_routes, ff));
     }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
@@ -256,6 +259,7 @@ static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
     const gk_rows by_route = {.routes = g->routes, .n_routes = n_routes, .act_by_token = false};
     const gk_out oy = {.y = g->y, .y_stride = embd};
     TRY(gk_matvec(g->stream, down, NULL, &ha, &by_route, &oy), "experts down");
+    TRY_ST(gpu_expert_down_bias(g, l, g->routes, NULL, n_routes));
     gpu_prof_mark(g, OP_EXP_DOWN);
     return HYDRA_OK;
 }
@@ -274,12 +278,13 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
     const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
     TRY(gk_matmul_grouped(g->stream, gate, &xa, g->routes, &gr, true, &og), "experts gate");
     TRY(gk_matmul_grouped(g->stream, up, &xa, g->routes, &gr, true, &ou), "experts up");
-    TRY(gk_swiglu(g->stream, g->h_gate, g->h_up, n_routes * ff, g->h.f), "swiglu");
+    TRY_ST(gpu_ffn_activate(g, l, true, g->routes, g->order, n_routes, ff));
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
     const gk_act ha = act_view(&g->h, 0);
     const gk_out oy = {.y = g->y, .y_stride = embd};
     TRY(gk_matmul_grouped(g->stream, down, &ha, g->routes, &gr, false, &oy), "experts down");
+    TRY_ST(gpu_expert_down_bias(g, l, g->routes, g->order, n_routes));
     gpu_prof_mark(g, OP_EXP_DOWN);
     return HYDRA_OK;
 }
@@ -290,8 +295,9 @@ static hydra_status moe(gpu_session *g, int l, int n)
     const gk_gating gating = gating_of(g->w);
     const int n_routes = n * gating.n_used;
     const int64_t embd = g->w->hp.n_embd;
-    TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert, NULL, false, OP_ROUTER));
-    TRY(gk_moe_topk(g->stream, &gating, g->router, n, g->routes), "top-k");
+    TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert,
+                  gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS)), false, OP_ROUTER));
+    TRY_ST(gpu_route_select(g, l, &gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
     gpu_prof_mark(g, OP_TOPK);
     const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
                          gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
@@ -350,4 +356,22 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
     const int first = sh->all_rows ? 0 : n - 1;
     TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
     return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+}
+
+/* --- what gpu_arch.c and gpu_mla.c borrow (gpu_arch.h) */
+
+hydra_status gpu_linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t row0, int n_tok, float *y,
+                        int64_t y_stride, const float *bias, bool accumulate, gpu_op op)
+{
+    return linear(g, w, x, row0, n_tok, y, y_stride, bias, accumulate, op);
+}
+
+hydra_status gpu_act_quantize(gpu_session *g, gpu_act *a)
+{
+    return act_quantize(g, a);
+}
+
+void gpu_act_bind(gpu_act *a, int64_t n, int n_rows)
+{
+    act_bind(a, n, n_rows);
 }

@@ -65,6 +65,10 @@ typedef struct gpu_act {
     bool q_ready; /* q/meta hold the current contents */
 } gpu_act;
 
+/* An activation set of up to rows rows of n values, with its 8-bit form,
+ * carved from c (gpu_session.c). */
+void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n);
+
 /* --- profile: op classes timed with events */
 #define GPU_OP_TABLE(X)                                                                                        \
     X(OP_EMBED, "embed") X(OP_NORM, "rmsnorm") X(OP_QUANT, "quantize act") X(OP_QKV, "q/k/v proj")           \
@@ -117,6 +121,8 @@ struct gpu_session {
     int32_t *order, *slot_of, *tiles, *n_tiles;
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
+
+    struct gpu_mla *mla;       /* latent attention's buffers (gpu_mla.c); NULL for other attentions */
 
     void *pinned_base;
     size_t pinned_bytes;

@@ -4,6 +4,7 @@
  * message that says how to get it, and GPU tests skip.
  */
 #include "gpu.h"
+#include "gpu_check_ops.h"
 
 #include "../error.h"
 
@@ -108,4 +109,51 @@ bool gpu_host_chunk_dot(uint32_t type, const void *row, int c, const int8_t a[32
 {
     (void)type, (void)row, (void)c, (void)a, (void)out;
     return false;
+}
+
+/* --- gpu_check_ops.h */
+
+hydra_status gpu_check_rmsnorm(const float *x, const float *gain, float eps, int n_rows, int64_t n, bool q8, float *y,
+                               int8_t *q, float *d)
+{
+    (void)x, (void)gain, (void)eps, (void)n_rows, (void)n, (void)q8, (void)y, (void)q, (void)d;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_rope(const gpu_rope_check *c, float *q, float *k)
+{
+    (void)c, (void)q, (void)k;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_attention(const gpu_attn_check *c, const float *q, const float *k_rows, const float *v_rows,
+                                 float *out)
+{
+    (void)c, (void)q, (void)k_rows, (void)v_rows, (void)out;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_select(const gpu_select_check *c, const float *logits, int n_tok, int32_t *experts,
+                              float *weights)
+{
+    (void)c, (void)logits, (void)n_tok, (void)experts, (void)weights;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_glu(const gpu_glu_check *c, const float *gate, const float *up, float *h)
+{
+    (void)c, (void)gate, (void)up, (void)h;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_combine(const float *weights, const float *y, int n_tok, int n_used, int64_t n, float *x)
+{
+    (void)weights, (void)y, (void)n_tok, (void)n_used, (void)n, (void)x;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_add_rows(const float *y, const float *gate, int n_tok, int64_t n, float *x)
+{
+    (void)y, (void)gate, (void)n_tok, (void)n, (void)x;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }

@@ -5,7 +5,7 @@
  * to device memory, the step is enqueued (or its captured graph replayed),
  * the logits come back, and the stream is synchronised once per step.
  */
-#include "gpu_internal.h"
+#include "gpu_arch.h"
 
 #include "../quant.h"
 
@@ -17,14 +17,17 @@
  * this much scratch (decode needs far less). */
 enum { ATTN_SCRATCH_BUDGET = 256 << 20 };
 
-/* The roles gpu_forward.c reads; a model with any other tensor bound needs
- * a step this backend does not have yet (sinks, MLA, expert biases...). */
+/* The roles the CUDA step reads (gpu_forward.c, gpu_arch.c, gpu_mla.c); a
+ * model with any other tensor bound needs a step this backend does not
+ * have yet. */
 static const arch_role gpu_roles[] = {
     W_TOKEN_EMBD,   W_OUTPUT_NORM,  W_OUTPUT,      W_ATTN_NORM,    W_ATTN_Q,       W_ATTN_K,
     W_ATTN_V,       W_ATTN_OUT,     W_ATTN_Q_BIAS, W_ATTN_K_BIAS,  W_ATTN_V_BIAS,  W_ATTN_OUT_BIAS,
     W_ATTN_Q_NORM,  W_ATTN_K_NORM,  W_FFN_NORM,    W_FFN_GATE,     W_FFN_UP,       W_FFN_DOWN,
     W_MOE_ROUTER,   W_MOE_GATE,     W_MOE_UP,      W_MOE_DOWN,     W_SHEXP_ROUTER, W_SHEXP_GATE,
-    W_SHEXP_UP,     W_SHEXP_DOWN,
+    W_SHEXP_UP,     W_SHEXP_DOWN,   W_ATTN_SINKS,  W_ATTN_Q_A,     W_ATTN_Q_A_NORM, W_ATTN_Q_B,
+    W_ATTN_KV_A_MQA, W_ATTN_KV_A_NORM, W_ATTN_K_B, W_ATTN_V_B,    W_MOE_ROUTER_BIAS, W_MOE_PROBS_BIAS,
+    W_MOE_GATE_BIAS, W_MOE_UP_BIAS, W_MOE_DOWN_BIAS,
 };
 
 static bool gpu_reads(arch_role role)
@@ -52,20 +55,24 @@ static hydra_status check_model(const model_weights *w)
 {
     const arch_hparams *hp = &w->hp;
     const char *arch = w->arch->name;
-    if (w->arch->attention != NULL || w->arch->act != ACT_SWIGLU || hp->n_swa != 0 || hp->rope.ext_factor != 0.0f)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: its attention or activation (MLA, sliding "
-                          "windows, YaRN, clamped SwiGLU) is not supported yet", arch);
-    if (hp->n_expert > 0 && ((hp->gating != GATING_SOFTMAX && hp->gating != GATING_SIGMOID) ||
-                             hp->n_expert_group > 1))
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: expert gating %u with %u groups is not supported "
-                          "yet", arch, hp->gating, hp->n_expert_group);
+    hydra_status st = gpu_mla_check(w);
+    if (st != HYDRA_OK)
+        return st;
+    const bool groups_ok = hp->n_expert_group <= 1 ||
+                           (hp->n_expert % hp->n_expert_group == 0 && hp->n_expert_group_used >= 1 &&
+                            hp->n_expert_group_used <= hp->n_expert_group);
+    if (hp->n_expert > 0 && (hp->gating < GATING_SOFTMAX || hp->gating > GATING_SOFTMAX_WEIGHT || !groups_ok))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %s: expert gating %u with %u groups (%u used) is not "
+                          "supported", arch, hp->gating, hp->n_expert_group, hp->n_expert_group_used);
     if (hp->head_dim_k > 256 || hp->head_dim_v > 256 || hp->n_embd % 32 != 0 || hp->n_expert > 4096 ||
         hp->n_expert_used > 256)
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: head sizes %u/%u (at most 256), n_embd %u (a multiple "
                           "of 32), %u experts (at most 4096) top-%u", hp->head_dim_k, hp->head_dim_v, hp->n_embd,
                           hp->n_expert, hp->n_expert_used);
     const uint32_t group = hp->n_head / hp->n_head_kv;
-    if (group > GK_ATTN_MAX_GROUP || hp->head_dim_k % 8 != 0 || gk_attention_smem((int)group, (int)hp->head_dim_k) > 48 * 1024)
+    const bool gqa_ok = group <= GK_ATTN_MAX_GROUP && hp->head_dim_k % 8 == 0 &&
+                        gk_attention_smem((int)group, (int)hp->head_dim_k) <= 48 * 1024;
+    if (w->arch->attention == NULL && !gqa_ok) /* MLA attends through attn_ext.cu */
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "CUDA backend: %u query heads per KV head (at most %d) of size %u (a "
                           "multiple of 8)", group, GK_ATTN_MAX_GROUP, hp->head_dim_k);
     return check_roles(w);
@@ -83,6 +90,12 @@ static hydra_status alloc_kv(gpu_session *g)
     g->kv_elem = g->o.kv_type == QT_F16 ? 2 : 4;
     g->k_row = (int64_t)hp->n_head_kv * hp->head_dim_k;
     g->v_row = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    if (g->w->arch->attention != NULL) { /* MLA: the latent row, V read from it */
+        size_t k_elems, v_elems;
+        g->w->arch->attention->kv_row_elems(hp, &k_elems, &v_elems);
+        g->k_row = (int64_t)k_elems;
+        g->v_row = (int64_t)v_elems;
+    }
     const size_t rows = (size_t)hp->n_layer * (size_t)g->o.n_ctx;
     carve c = {0};
     CARVE(&c, g->k_cache, rows * (size_t)g->k_row * g->kv_elem);
@@ -91,8 +104,7 @@ static hydra_status alloc_kv(gpu_session *g)
     return carve_alloc(&c, GPU_MEM_KV, &g->kv_base, "KV cache");
 }
 
-/* An activation set of up to rows rows of n values, with its 8-bit form. */
-static void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n)
+void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n)
 {
     CARVE(c, a->f, sizeof(float) * (size_t)(rows * n));
     CARVE(c, a->q, (size_t)(rows * n));
@@ -111,7 +123,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     /* One token at the full context in the finest chunks (16 positions),
      * times the batch, up to the budget: a step's attention runs in token
      * groups that fit (gpu_forward.c). */
-    const size_t one = (size_t)hp->n_head * (size_t)((g->o.n_ctx + 15) / 16) * (2 + (size_t)hp->head_dim_v);
+    const size_t dv = hp->head_dim_v > hp->kv_lora_rank ? hp->head_dim_v : hp->kv_lora_rank; /* MLA: the latent */
+    const size_t one = (size_t)hp->n_head * (size_t)((g->o.n_ctx + 15) / 16) * (2 + dv);
     const size_t budget = ATTN_SCRATCH_BUDGET / sizeof(float);
     g->attn_scratch_floats = one * (size_t)nb < budget ? one * (size_t)nb : one > budget ? one : budget;
     carve c = {0};
@@ -185,6 +198,8 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
         st = alloc_kv(g);
     if (st == HYDRA_OK)
         st = alloc_scratch(g);
+    if (st == HYDRA_OK)
+        st = gpu_mla_init(g);
     if (st == HYDRA_OK && g->o.profile)
         st = create_events(g);
     if (st != HYDRA_OK) {
@@ -209,6 +224,7 @@ void gpu_session_free(gpu_session *g)
     free(g->events);
     gpu_mem_free(GPU_MEM_PINNED, g->pinned_base, g->pinned_bytes);
     gpu_mem_free(GPU_MEM_SCRATCH, g->scratch_base, g->scratch_bytes);
+    gpu_mla_free(g);
     gpu_mem_free(GPU_MEM_KV, g->kv_base, g->kv_bytes);
     gpu_weights_free(&g->gw);
     if (g->stream != NULL)
