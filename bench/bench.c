@@ -158,6 +158,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--cuda") == 0) /* the CUDA backend's own run: bench_cuda.c */
         return bench_cuda(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "--slab-sim") == 0) /* slab policies over routing traces: bench_slab.c */
+        return bench_slab_sim(argc - 1, argv + 1);
     bench_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)

@@ -58,4 +58,7 @@ bench_stats bench_probe_alone(bench_probe *p, int reps);
 int bench_kernels(const bench_options *o, bench_probe *probe);
 int bench_model(const bench_options *o, bench_probe *probe);
 
+/* hydra-bench --slab-sim (bench_slab.c): argv[0] is "--slab-sim". */
+int bench_slab_sim(int argc, char **argv);
+
 #endif
