@@ -644,6 +644,88 @@ HYDRA_API void hydra_sampler_reset(hydra_sampler *sampler);
 HYDRA_API hydra_status hydra_sampler_candidates(hydra_sampler *sampler, const float *logits, hydra_token *ids,
                                                 float *probs, size_t capacity, size_t *n);
 
+/* --------------------------------------------------- speculative decoding */
+
+/* Speculative decoding (docs/SPECULATIVE.md): a cheap drafter proposes up
+ * to n_draft_max tokens, the target session checks them all in one
+ * batched forward pass (every row's logits), the longest agreeing prefix
+ * is kept plus one token of the target's own, and the rejected tail is
+ * rolled back from both caches (hydra_session_truncate).  The output
+ * follows the target's distribution exactly:
+ *   greedy (temperature <= 0)  a draft is kept when it is the target's
+ *                              choice, so the tokens equal plain decoding's
+ *   sampling                   draft x drawn from the draft's distribution q
+ *                              is kept with probability min(1, p(x)/q(x));
+ *                              at the first rejection the token is drawn
+ *                              from norm(max(0, p - q)); when every draft
+ *                              is kept, a bonus token is drawn from p
+ * p and q are the sampler's distributions (hydra_sampler_candidates): the
+ * target's with the caller's parameters and penalty window, the draft's
+ * with the same parameters but no penalties.  The draws use the spec's own
+ * random stream, seeded from the sampler seed: the tokens follow the same
+ * distribution as hydra_sampler_sample's, not the same sequence.
+ *
+ * The target holds every accepted token but the last ("pending"), which the
+ * next verify pass evaluates as its row 0.  The verify pass always has
+ * n_draft_max + 1 rows when fixed_width is set (fewer drafts are padded),
+ * so that one captured graph per width serves every step; the stats count
+ * the distinct widths used.  The target session's n_batch must be at least
+ * n_draft_max + 1 (a sliding-window ring keeps one step of n_batch
+ * positions for the rollback). */
+typedef struct hydra_spec hydra_spec;
+
+typedef struct hydra_spec_params {
+    int32_t n_draft_max; /* 16 (llama.cpp's --spec-draft-n-max): most drafts per step, 1..256 */
+    float p_min;         /* 0.75 (--spec-draft-p-min): drafting stops when the draft's most
+                            probable token (softmax of its logits) has less; 0: never */
+    bool fixed_width;    /* true: every verify pass has n_draft_max + 1 rows (padded) */
+} hydra_spec_params;
+
+/* The defaults above. */
+HYDRA_API hydra_spec_params hydra_spec_default_params(void);
+
+/* Whether draft can draft for target: the same number of tokens and the
+ * same token texts (tokenizer.ggml.tokens).  HYDRA_ERR_INVALID_ARG naming
+ * the difference (the two sizes, or the first differing id and both
+ * texts). */
+HYDRA_API hydra_status hydra_spec_check_vocab(const hydra_model *target, const hydra_model *draft);
+
+/* A speculative decoder over two sessions the caller owns (they must
+ * outlive it and are not to be evaluated by anyone else while it runs).
+ * draft NULL asks for the target's own MTP/NextN heads (HYDRA_ERR_UNSUPPORTED
+ * until they are built).  HYDRA_ERR_INVALID_ARG for sessions of different
+ * vocabulary sizes or a parameter out of range (named). */
+HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draft,
+                                      const hydra_sampler_params *sampling, const hydra_spec_params *params,
+                                      hydra_spec **out);
+
+/* NULL is allowed; the sessions are not freed. */
+HYDRA_API void hydra_spec_free(hydra_spec *spec);
+
+/* Makes both sessions hold prompt[0, n - 1) (keeping what they already
+ * hold of it; prompt[n - 1] is the pending token) and resets the target's
+ * penalty window to the prompt.  HYDRA_ERR_RANGE when n is 0 or more than
+ * the target's context. */
+HYDRA_API hydra_status hydra_spec_start(hydra_spec *spec, const hydra_token *prompt, size_t n);
+
+/* One draft + verify step: writes 1 .. min(max_tokens, n_draft_max + 1)
+ * generated tokens to out[] (*n_out of them).  HYDRA_ERR_RANGE when the
+ * target's context is full; HYDRA_ERR_INVALID_ARG before hydra_spec_start. */
+HYDRA_API hydra_status hydra_spec_step(hydra_spec *spec, size_t max_tokens, hydra_token *out, size_t *n_out);
+
+typedef struct hydra_spec_stats {
+    uint64_t n_steps;       /* verify passes */
+    uint64_t n_drafted;     /* draft tokens proposed */
+    uint64_t n_accepted;    /* of them kept */
+    uint64_t n_generated;   /* tokens handed out (accepted + one per step) */
+    uint64_t n_verify_rows; /* rows of the verify passes, padding included */
+    uint32_t n_widths;      /* distinct verify widths used (one CUDA graph each) */
+    double draft_ms, verify_ms;
+} hydra_spec_stats;
+
+/* The counters since hydra_spec_new. */
+HYDRA_API void hydra_spec_get_stats(const hydra_spec *spec, hydra_spec_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,493 @@
+/*
+ * spec.c — speculative decoding over a target and a draft session (the
+ * contract is in hydra.h, the design in docs/SPECULATIVE.md).
+ *
+ * One step:
+ *   1. the draft session catches up with the accepted tokens and proposes
+ *      up to k tokens, one decode each, keeping each proposal's
+ *      distribution q (drafting stops early below p_min);
+ *   2. the target evaluates [pending, d_0 .. d_{k-1}] (padded to the fixed
+ *      width) in one pass, every row's logits: row i is p for the token
+ *      after d_{i-1};
+ *   3. drafts are accepted in order by the rejection rule of Leviathan et
+ *      al. and Chen et al. (2023): keep x with probability min(1, p(x)/q(x)),
+ *      else draw from norm(max(0, p - q)) and stop; all kept: a bonus from
+ *      the last row;
+ *   4. both caches are truncated to the accepted positions.
+ * Everything the step needs is allocated by hydra_spec_new.
+ */
+#include "hydra.h"
+
+#include "error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { SPEC_MAX_DRAFT = 256 };
+
+/* One distribution as hydra_sampler_candidates gives it. */
+typedef struct dist {
+    hydra_token *ids;
+    float *probs;
+    size_t n;
+} dist;
+
+struct hydra_spec {
+    hydra_session *target, *draft;
+    hydra_spec_params p;
+    bool greedy;
+    int32_t n_vocab;
+    hydra_sampler *target_sampler; /* the caller's parameters and penalty window */
+    hydra_sampler *draft_sampler;  /* the same without penalties: the draft never rolls a window back */
+    uint64_t rng[4];               /* xoshiro256**: acceptance and residual draws */
+    hydra_token *history;          /* accepted tokens; the last is pending (not in the target) */
+    size_t n_history, cap_history;
+    hydra_token *drafts;           /* [n_draft_max] */
+    float *q_of_draft;             /* [n_draft_max] q(d_i) */
+    dist *q;                       /* [n_draft_max] each with n_vocab room */
+    dist pd;                       /* the target's distribution of one row */
+    float *dense;                  /* [n_vocab] zeros but while a residual is formed */
+    float *weights;                /* [n_vocab] the residual's */
+    hydra_token *batch;            /* [n_draft_max + 1] the verify pass's tokens */
+    float *rows;                   /* [(n_draft_max + 1) x n_vocab] its logits */
+    bool *width_seen;              /* [n_draft_max + 2] */
+    hydra_spec_stats stats;
+};
+
+/* ------------------------------------------------------------ random stream */
+
+/* splitmix64 seeds xoshiro256** (Blackman and Vigna's recommendation). */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static double uniform01(uint64_t s[4])
+{
+    const uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return (double)(result >> 11) * 0x1.0p-53;
+}
+
+/* ------------------------------------------------------------ setup */
+
+HYDRA_API hydra_spec_params hydra_spec_default_params(void)
+{
+    /* llama.cpp's common_params_speculative: n_max 16, p_min 0.75 */
+    return (hydra_spec_params){.n_draft_max = 16, .p_min = 0.75f, .fixed_width = true};
+}
+
+static const char *token_text(const hydra_model *m, size_t i, size_t *len)
+{
+    const char *s = NULL;
+    if (hydra_model_get_arr_str(m, "tokenizer.ggml.tokens", i, &s, len) != HYDRA_OK) {
+        *len = 0;
+        return "";
+    }
+    return s;
+}
+
+HYDRA_API hydra_status hydra_spec_check_vocab(const hydra_model *target, const hydra_model *draft)
+{
+    if (target == NULL || draft == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_check_vocab: two models are required");
+    hydra_value_type et, ed;
+    size_t nt = 0, nd = 0;
+    const bool has_t = hydra_model_get_arr(target, "tokenizer.ggml.tokens", &et, &nt) == HYDRA_OK;
+    const bool has_d = hydra_model_get_arr(draft, "tokenizer.ggml.tokens", &ed, &nd) == HYDRA_OK;
+    if (has_t != has_d || nt != nd)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "the draft model's vocabulary has %zu tokens, the target's %zu: "
+                          "a draft model must share the target's vocabulary", nd, nt);
+    for (size_t i = 0; i < nt; i++) {
+        size_t lt, ld;
+        const char *st = token_text(target, i, &lt), *sd = token_text(draft, i, &ld);
+        if (lt != ld || memcmp(st, sd, lt) != 0)
+            return hydra_fail(HYDRA_ERR_INVALID_ARG, "the draft model's token %zu is '%.*s', the target's '%.*s': a "
+                              "draft model must share the target's vocabulary", i, (int)(ld > 64 ? 64 : ld), sd,
+                              (int)(lt > 64 ? 64 : lt), st);
+    }
+    return HYDRA_OK;
+}
+
+HYDRA_API void hydra_spec_free(hydra_spec *s)
+{
+    if (s == NULL)
+        return;
+    hydra_sampler_free(s->target_sampler);
+    hydra_sampler_free(s->draft_sampler);
+    for (int32_t i = 0; s->q != NULL && i < s->p.n_draft_max; i++) {
+        free(s->q[i].ids);
+        free(s->q[i].probs);
+    }
+    free(s->q);
+    free(s->pd.ids);
+    free(s->pd.probs);
+    free(s->history);
+    free(s->drafts);
+    free(s->q_of_draft);
+    free(s->dense);
+    free(s->weights);
+    free(s->batch);
+    free(s->rows);
+    free(s->width_seen);
+    free(s);
+}
+
+static bool alloc_dist(dist *d, size_t n)
+{
+    d->ids = malloc(sizeof *d->ids * n);
+    d->probs = malloc(sizeof *d->probs * n);
+    return d->ids != NULL && d->probs != NULL;
+}
+
+static bool alloc_buffers(hydra_spec *s)
+{
+    const size_t nv = (size_t)s->n_vocab, k = (size_t)s->p.n_draft_max;
+    s->cap_history = (size_t)hydra_session_n_ctx(s->target) + 1;
+    s->history = malloc(sizeof *s->history * s->cap_history);
+    s->drafts = malloc(sizeof *s->drafts * k);
+    s->q_of_draft = malloc(sizeof *s->q_of_draft * k);
+    s->q = calloc(k, sizeof *s->q);
+    s->dense = calloc(nv, sizeof *s->dense);
+    s->weights = malloc(sizeof *s->weights * nv);
+    s->batch = malloc(sizeof *s->batch * (k + 1));
+    s->rows = malloc(sizeof *s->rows * nv * (k + 1));
+    s->width_seen = calloc(k + 2, sizeof *s->width_seen);
+    bool ok = s->history && s->drafts && s->q_of_draft && s->q && s->dense && s->weights && s->batch && s->rows &&
+              s->width_seen && alloc_dist(&s->pd, nv);
+    for (size_t i = 0; ok && i < k; i++)
+        ok = alloc_dist(&s->q[i], nv);
+    return ok;
+}
+
+static hydra_status check_new(hydra_session *target, hydra_session *draft, const hydra_sampler_params *sampling,
+                              const hydra_spec_params *p)
+{
+    if (target == NULL || sampling == NULL || p == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_new: a target session, sampling and params are required");
+    if (draft == NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "speculative decoding with the model's own MTP/NextN heads is not "
+                          "built yet: give a draft model (-md)");
+    if (draft == target)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_new: the draft must be a session of its own");
+    if (hydra_session_n_vocab(draft) != hydra_session_n_vocab(target))
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "the draft model's output has %u tokens, the target's %u: a draft "
+                          "model must share the target's vocabulary", hydra_session_n_vocab(draft),
+                          hydra_session_n_vocab(target));
+    if (p->n_draft_max < 1 || p->n_draft_max > SPEC_MAX_DRAFT)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "n_draft_max %d: must be in [1, %d]", (int)p->n_draft_max,
+                          SPEC_MAX_DRAFT);
+    if (!(p->p_min >= 0.0f && p->p_min <= 1.0f))
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "p_min %g: must be in [0, 1]", (double)p->p_min);
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draft,
+                                      const hydra_sampler_params *sampling, const hydra_spec_params *params,
+                                      hydra_spec **out)
+{
+    if (out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_new: out is required");
+    *out = NULL;
+    hydra_status st = check_new(target, draft, sampling, params);
+    if (st != HYDRA_OK)
+        return st;
+    hydra_spec *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder");
+    *s = (hydra_spec){.target = target, .draft = draft, .p = *params, .greedy = sampling->temperature <= 0.0f,
+                      .n_vocab = (int32_t)hydra_session_n_vocab(target)};
+    hydra_sampler_params dp = *sampling;
+    dp.penalty_last_n = 0;
+    st = hydra_sampler_new(sampling, s->n_vocab, &s->target_sampler);
+    if (st == HYDRA_OK)
+        st = hydra_sampler_new(&dp, s->n_vocab, &s->draft_sampler);
+    if (st == HYDRA_OK && !alloc_buffers(s))
+        st = hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder: %d drafts over %d tokens", (int)params->n_draft_max,
+                        (int)s->n_vocab);
+    if (st != HYDRA_OK) {
+        hydra_spec_free(s);
+        return st;
+    }
+    uint64_t seed = sampling->seed ^ 0x5bec5bec5bec5becu; /* not the sampler's own stream */
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&seed);
+    *out = s;
+    return HYDRA_OK;
+}
+
+HYDRA_API void hydra_spec_get_stats(const hydra_spec *s, hydra_spec_stats *out)
+{
+    if (out != NULL)
+        *out = s != NULL ? s->stats : (hydra_spec_stats){0};
+}
+
+/* ------------------------------------------------------------ start */
+
+/* Keeps the first keep positions of a session, or clears it when its
+ * cache cannot rewind that far (a sliding window); what it keeps. */
+static size_t rewind_to(hydra_session *sess, size_t keep)
+{
+    if (keep > hydra_session_n_past(sess))
+        keep = hydra_session_n_past(sess);
+    if (hydra_session_truncate(sess, (uint32_t)keep) == HYDRA_OK)
+        return keep;
+    hydra_session_clear(sess);
+    return 0;
+}
+
+HYDRA_API hydra_status hydra_spec_start(hydra_spec *s, const hydra_token *prompt, size_t n)
+{
+    if (s == NULL || prompt == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_start: a decoder and a prompt are required");
+    if (n == 0 || n > hydra_session_n_ctx(s->target))
+        return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_start: a prompt of %zu tokens (the context holds %u)", n,
+                          hydra_session_n_ctx(s->target));
+    size_t same = 0;
+    while (same < n - 1 && same < s->n_history && s->history[same] == prompt[same])
+        same++;
+    s->n_history = 0; /* nothing is trusted until the prompt is in */
+    const size_t keep = rewind_to(s->target, same);
+    rewind_to(s->draft, same);
+    if (n - 1 > keep) {
+        hydra_status st = hydra_session_eval(s->target, prompt + keep, n - 1 - keep, NULL);
+        if (st != HYDRA_OK)
+            return st;
+    }
+    memcpy(s->history, prompt, sizeof *prompt * n);
+    s->n_history = n;
+    hydra_sampler_reset(s->target_sampler);
+    for (size_t i = 0; i < n; i++) {
+        hydra_status st = hydra_sampler_accept(s->target_sampler, prompt[i]);
+        if (st != HYDRA_OK)
+            return st;
+    }
+    return HYDRA_OK;
+}
+
+/* ------------------------------------------------------------ drafting */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The largest probability of the softmax of logits: the draft's confidence. */
+static double top_prob(const float *logits, int32_t n)
+{
+    float max = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (logits[i] > max)
+            max = logits[i];
+    double z = 0;
+    for (int32_t i = 0; i < n; i++)
+        z += exp((double)(logits[i] - max));
+    return z > 0 ? 1.0 / z : 0.0;
+}
+
+/* Index of a draw from weights w[0, n) (not normalised, sum total). */
+static size_t draw_index(uint64_t rng[4], const float *w, size_t n, double total)
+{
+    const double u = uniform01(rng) * total;
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += w[i];
+        if (u < acc)
+            return i;
+    }
+    size_t last = n - 1; /* rounding: the last token with weight */
+    while (last > 0 && w[last] <= 0)
+        last--;
+    return last;
+}
+
+static hydra_status candidates(hydra_sampler *sm, const float *logits, int32_t n_vocab, dist *d)
+{
+    return hydra_sampler_candidates(sm, logits, d->ids, d->probs, (size_t)n_vocab, &d->n);
+}
+
+/* Brings the draft session up to every accepted token (pending included),
+ * then proposes up to k tokens; the number proposed. */
+static hydra_status draft_tokens(hydra_spec *s, int32_t k, int32_t *n_draft)
+{
+    *n_draft = 0;
+    if (k == 0)
+        return HYDRA_OK;
+    const size_t have = hydra_session_n_past(s->draft);
+    hydra_status st = hydra_session_eval(s->draft, s->history + have, s->n_history - have, NULL);
+    for (int32_t i = 0; st == HYDRA_OK && i < k; i++) {
+        const float *logits = hydra_session_logits(s->draft);
+        if (s->p.p_min > 0 && top_prob(logits, s->n_vocab) < (double)s->p.p_min)
+            break;
+        dist *q = &s->q[i];
+        st = candidates(s->draft_sampler, logits, s->n_vocab, q);
+        if (st != HYDRA_OK)
+            break;
+        const size_t pick = s->greedy ? 0 : draw_index(s->rng, q->probs, q->n, 1.0);
+        s->drafts[i] = q->ids[pick];
+        s->q_of_draft[i] = q->probs[pick];
+        *n_draft = i + 1;
+        if (i + 1 < k)
+            st = hydra_session_decode(s->draft, s->drafts[i]);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ verifying */
+
+static float prob_of(const dist *d, hydra_token t)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->ids[i] == t)
+            return d->probs[i];
+    return 0.0f;
+}
+
+/* Whether draft i survives the target's row (s->pd). */
+static bool accept_draft(hydra_spec *s, int32_t i)
+{
+    if (s->greedy)
+        return s->pd.ids[0] == s->drafts[i];
+    const double ratio = (double)prob_of(&s->pd, s->drafts[i]) / (double)s->q_of_draft[i];
+    return uniform01(s->rng) < ratio;
+}
+
+/* After draft i was rejected: a token from norm(max(0, p - q_i)). */
+static hydra_token residual_token(hydra_spec *s, int32_t i)
+{
+    const dist *p = &s->pd, *q = &s->q[i];
+    if (s->greedy)
+        return p->ids[0];
+    for (size_t j = 0; j < q->n; j++)
+        s->dense[q->ids[j]] = q->probs[j];
+    double total = 0;
+    for (size_t j = 0; j < p->n; j++) {
+        const float r = p->probs[j] - s->dense[p->ids[j]];
+        s->weights[j] = r > 0 ? r : 0;
+        total += s->weights[j];
+    }
+    for (size_t j = 0; j < q->n; j++)
+        s->dense[q->ids[j]] = 0;
+    /* p <= q everywhere cannot reject; rounding may still get here */
+    const float *w = total > 0 ? s->weights : p->probs;
+    return p->ids[draw_index(s->rng, w, p->n, total > 0 ? total : 1.0)];
+}
+
+/* Runs the rule over the verify rows; out gets the kept drafts and the
+ * target's own token; *n_accepted the drafts kept. */
+static hydra_status judge(hydra_spec *s, int32_t n_draft, hydra_token *out, int32_t *n_accepted)
+{
+    const size_t nv = (size_t)s->n_vocab;
+    int32_t a = 0;
+    hydra_token own = -1;
+    for (int32_t i = 0; i <= n_draft && own < 0; i++) {
+        hydra_status st = candidates(s->target_sampler, s->rows + (size_t)i * nv, s->n_vocab, &s->pd);
+        if (st != HYDRA_OK)
+            return st;
+        if (i < n_draft && accept_draft(s, i)) {
+            out[a++] = s->drafts[i];
+            st = hydra_sampler_accept(s->target_sampler, s->drafts[i]);
+        } else {
+            own = i < n_draft ? residual_token(s, i)
+                              : s->pd.ids[s->greedy ? 0 : draw_index(s->rng, s->pd.probs, s->pd.n, 1.0)];
+            st = hydra_sampler_accept(s->target_sampler, own);
+        }
+        if (st != HYDRA_OK)
+            return st;
+    }
+    out[a] = own;
+    *n_accepted = a;
+    return HYDRA_OK;
+}
+
+static int32_t min_i32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
+
+/* The verify pass of the pending token and n_draft drafts, padded to the
+ * step's width by repeating the last token (its rows are never read). */
+static hydra_status verify(hydra_spec *s, int32_t n_draft, int32_t width)
+{
+    s->batch[0] = s->history[s->n_history - 1];
+    for (int32_t i = 0; i < width - 1; i++)
+        s->batch[i + 1] = i < n_draft ? s->drafts[i] : s->batch[i];
+    if (!s->width_seen[width]) {
+        s->width_seen[width] = true;
+        s->stats.n_widths++;
+    }
+    s->stats.n_verify_rows += (uint64_t)width;
+    return hydra_session_eval(s->target, s->batch, (size_t)width, s->rows);
+}
+
+/* Both caches back to the accepted tokens (pending excluded). */
+static hydra_status roll_back(hydra_spec *s, size_t n_kept)
+{
+    hydra_status st = hydra_session_truncate(s->target, (uint32_t)n_kept);
+    if (st != HYDRA_OK)
+        return hydra_fail(st, "rolling back the verify pass: %s (the target's n_batch must be at least "
+                          "n_draft_max + 1 = %d)", hydra_last_error(), (int)s->p.n_draft_max + 1);
+    if (hydra_session_n_past(s->draft) > n_kept)
+        st = hydra_session_truncate(s->draft, (uint32_t)n_kept);
+    if (st != HYDRA_OK)
+        hydra_session_clear(s->draft); /* catches up from the history next step */
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_spec_step(hydra_spec *s, size_t max_tokens, hydra_token *out, size_t *n_out)
+{
+    if (s == NULL || out == NULL || n_out == NULL || max_tokens == 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_step: a decoder and room for a token are required");
+    *n_out = 0;
+    if (s->n_history == 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_step: no prompt (call hydra_spec_start first)");
+    const int64_t past = (int64_t)s->n_history - 1;
+    const int64_t room = (int64_t)hydra_session_n_ctx(s->target) - past;
+    if (room < 1)
+        return hydra_fail(HYDRA_ERR_RANGE, "the context of %u positions is full", hydra_session_n_ctx(s->target));
+    const int64_t draft_room = (int64_t)hydra_session_n_ctx(s->draft) - (int64_t)s->n_history + 1;
+    int32_t k = min_i32(s->p.n_draft_max, (int64_t)max_tokens - 1);
+    k = min_i32(k, room - 1);
+    k = min_i32(k, draft_room > 0 ? draft_room : 0);
+    double t0 = now_ms();
+    int32_t n_draft = 0;
+    hydra_status st = draft_tokens(s, k, &n_draft);
+    const double t1 = now_ms();
+    s->stats.draft_ms += t1 - t0;
+    const int32_t width = s->p.fixed_width ? min_i32(s->p.n_draft_max + 1, room) : n_draft + 1;
+    if (st == HYDRA_OK)
+        st = verify(s, n_draft, width);
+    s->stats.verify_ms += now_ms() - t1;
+    int32_t a = 0;
+    if (st == HYDRA_OK)
+        st = judge(s, n_draft, out, &a);
+    if (st == HYDRA_OK)
+        st = roll_back(s, (size_t)past + 1 + (size_t)a);
+    if (st != HYDRA_OK) {
+        /* nothing of the step is kept: the target holds the accepted tokens
+         * again, the draft catches up next time */
+        if (hydra_session_n_past(s->target) > (uint32_t)past)
+            hydra_session_truncate(s->target, (uint32_t)past);
+        hydra_session_clear(s->draft);
+        return st;
+    }
+    memcpy(s->history + s->n_history, out, sizeof *out * (size_t)(a + 1));
+    s->n_history += (size_t)a + 1;
+    *n_out = (size_t)a + 1;
+    s->stats.n_steps++;
+    s->stats.n_drafted += (uint64_t)n_draft;
+    s->stats.n_accepted += (uint64_t)a;
+    s->stats.n_generated += (uint64_t)a + 1;
+    return HYDRA_OK;
+}
