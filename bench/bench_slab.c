@@ -13,6 +13,13 @@
  * counts ("oracle": the best any fixed pin set can do on this trace);
  * dynamic policies start from the same pins.
  *
+ * Without a trace, --synthetic TOKENS,S,RHO,SIGMA draws one (48 layers x
+ * 128 experts, top-8, Qwen3-30B-A3B's routing shape): expert e's logit for
+ * token t is -S ln(1 + rank_e) + c_e(t) + n, with c_e an AR(1) process
+ * (c(t) = RHO c(t-1) + sqrt(1 - RHO^2) SIGMA z: a context that drifts, the
+ * temporal locality of real routing) and n ~ N(0, 1) per token; the
+ * profile is a second draw (another seed) of the same process.
+ *
  * Exit status: 0 done, 1 a file could not be read, 2 bad arguments.
  */
 #include "bench.h"
@@ -21,14 +28,21 @@
 #include "hydra.h"
 #include "slab_policy.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { MAX_FRACTIONS = 8 };
 
+typedef struct synth_trace {
+    long tokens;
+    double skew, rho, sigma;
+} synth_trace;
+
 typedef struct sim_args {
     const char *trace, *profile;
+    synth_trace synth; /* tokens 0: none */
     double fractions[MAX_FRACTIONS];
     int n_fractions;
     long skip;
@@ -47,13 +61,17 @@ static const sim_policy policies[] = {
     {"LRU", {SLAB_LRU, 0, 1, 1}, false},
     {"LRU, B=1", {SLAB_LRU, 1, 1, 1}, false},
     {"LRU, B=0.25", {SLAB_LRU, 0.25, 1, 1}, false},
-    {"LFU decay 0.95", {SLAB_LFU, 0, 0.95, 1}, false},
-    {"LFU decay 0.95, B=1", {SLAB_LFU, 1, 0.95, 1.25}, false},
-    {"LFU decay 0.95, B=0.25", {SLAB_LFU, 0.25, 0.95, 1.25}, false},
-    {"LFU decay 0.99, B=0.25", {SLAB_LFU, 0.25, 0.99, 1.25}, false},
-    {"LFU decay 0.8, B=0.25", {SLAB_LFU, 0.25, 0.8, 1.25}, false},
-    {"LFU decay 0.95, B=0.1", {SLAB_LFU, 0.1, 0.95, 1.25}, false},
-    {"LFU decay 0.95, B=0.05", {SLAB_LFU, 0.05, 0.95, 1.25}, false},
+    {"LFU 0.95", {SLAB_LFU, 0, 0.95, 1}, false},
+    {"LFU 0.95, B=1", {SLAB_LFU, 1, 0.95, 1.25}, false},
+    {"LFU 0.8, B=0.25", {SLAB_LFU, 0.25, 0.8, 1.25}, false},
+    {"LFU 0.95, B=0.25", {SLAB_LFU, 0.25, 0.95, 1.25}, false},
+    {"LFU 0.98, B=0.25", {SLAB_LFU, 0.25, 0.98, 1.25}, false},
+    {"LFU 0.99, B=0.25, h=1", {SLAB_LFU, 0.25, 0.99, 1}, false},
+    {"LFU 0.99, B=0.25", {SLAB_LFU, 0.25, 0.99, 1.25}, false},
+    {"LFU 0.99, B=0.25, h=1.5", {SLAB_LFU, 0.25, 0.99, 1.5}, false},
+    {"LFU 0.995, B=0.25", {SLAB_LFU, 0.25, 0.995, 1.25}, false},
+    {"LFU 0.99, B=0.5", {SLAB_LFU, 0.5, 0.99, 1.25}, false},
+    {"LFU 0.99, B=0.1", {SLAB_LFU, 0.1, 0.99, 1.25}, false},
 };
 enum { N_POLICIES = sizeof policies / sizeof policies[0] };
 
@@ -67,7 +85,8 @@ static int usage(const char *why)
             "  --profile FILE    pins for the static policy and every policy's start (hydra-run --profile-experts\n"
             "                    of another run); default: the trace's own counts\n"
             "  --fractions F,..  slab sizes as shares of each layer's experts (default 0.25,0.5)\n"
-            "  --skip N          tokens at the start of each layer not counted (the slab still sees them)\n");
+            "  --skip N          tokens at the start of each layer not counted (the slab still sees them)\n"
+            "  --synthetic T,S,RHO,SIGMA  draw a trace of T tokens instead (see bench_slab.c)\n");
     return 2;
 }
 
@@ -102,12 +121,85 @@ static int parse_sim_args(int argc, char **argv, sim_args *a)
             return 2;
         else if (strcmp(argv[i], "--skip") == 0)
             a->skip = strtol(v, NULL, 10);
-        else if (strcmp(argv[i], "--trace") != 0 && strcmp(argv[i], "--profile") != 0 &&
-                 strcmp(argv[i], "--fractions") != 0 && strcmp(argv[i], "--skip") != 0)
+        else if (strcmp(argv[i], "--synthetic") == 0) {
+            synth_trace *y = &a->synth;
+            if (sscanf(v, "%ld,%lf,%lf,%lf", &y->tokens, &y->skew, &y->rho, &y->sigma) != 4 || y->tokens <= 0 ||
+                y->tokens > 1000000 || !(y->rho >= 0 && y->rho < 1) || !(y->sigma >= 0) || !(y->skew >= 0))
+                return usage("--synthetic TOKENS,S,RHO,SIGMA (0 <= RHO < 1)");
+        } else if (strcmp(argv[i], "--trace") != 0 && strcmp(argv[i], "--profile") != 0 &&
+                   strcmp(argv[i], "--fractions") != 0 && strcmp(argv[i], "--skip") != 0)
             return usage("unknown option");
         i++;
     }
-    return a->trace ? 0 : usage("no --trace FILE");
+    return a->trace || a->synth.tokens ? 0 : usage("no --trace FILE or --synthetic");
+}
+
+/* ------------------------------------------------------------ synthetic */
+
+enum { SYN_LAYERS = 48, SYN_EXPERTS = 128, SYN_K = 8 };
+
+static uint64_t syn_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s;
+}
+
+/* ~N(0, 1): Irwin-Hall of four 16-bit uniforms (as synth_weights.c). */
+static double syn_normal(uint64_t *s)
+{
+    uint64_t r = syn_next(s);
+    double sum = (double)(r >> 48) + (double)((r >> 32) & 0xffff) + (double)((r >> 16) & 0xffff) +
+                 (double)(syn_next(s) >> 48) - 2 * 65535.0;
+    return sum / 37837.23;
+}
+
+/* The top-k of logits into out (ties to the lower id). */
+static void syn_topk(const double *logit, int32_t *out)
+{
+    bool taken[SYN_EXPERTS] = {false};
+    for (int i = 0; i < SYN_K; i++) {
+        int best = -1;
+        for (int e = 0; e < SYN_EXPERTS; e++)
+            if (!taken[e] && (best < 0 || logit[e] > logit[best]))
+                best = e;
+        taken[best] = true, out[i] = best;
+    }
+}
+
+/* One draw of the process into a zeroed r: biases from bias_seed (shared by
+ * the profile and the evaluated trace), context and noise from seed. */
+static hydra_status synth_draw(const synth_trace *y, uint64_t bias_seed, uint64_t seed, expert_rank *r)
+{
+    hydra_status st = expert_rank_init(r, SYN_LAYERS, SYN_EXPERTS, NULL);
+    if (st == HYDRA_OK)
+        st = expert_rank_trace_init(r, SYN_K, (uint64_t)y->tokens);
+    double bias[SYN_EXPERTS], ctx[SYN_EXPERTS], logit[SYN_EXPERTS];
+    const double drift = sqrt(1 - y->rho * y->rho) * y->sigma;
+    for (int l = 0; l < SYN_LAYERS && st == HYDRA_OK; l++) {
+        uint64_t bs = bias_seed ^ (uint64_t)(l + 1) * 0x9e3779b97f4a7c15u, s = seed ^ (uint64_t)(l + 1) * 0xd1b54a32d192ed03u;
+        int32_t rank[SYN_EXPERTS];
+        for (int e = 0; e < SYN_EXPERTS; e++)
+            rank[e] = e;
+        for (int e = SYN_EXPERTS - 1; e > 0; e--) {
+            int j = (int)(syn_next(&bs) % (uint64_t)(e + 1)), tmp = rank[e];
+            rank[e] = rank[j], rank[j] = tmp;
+        }
+        for (int e = 0; e < SYN_EXPERTS; e++)
+            bias[e] = -y->skew * log1p(rank[e]), ctx[e] = y->sigma * syn_normal(&s);
+        for (long t = 0; t < y->tokens; t++) {
+            moe_route routes[SYN_K];
+            int32_t ids[SYN_K];
+            for (int e = 0; e < SYN_EXPERTS; e++) {
+                ctx[e] = y->rho * ctx[e] + drift * syn_normal(&s);
+                logit[e] = bias[e] + ctx[e] + syn_normal(&s);
+            }
+            syn_topk(logit, ids);
+            for (int i = 0; i < SYN_K; i++)
+                routes[i] = (moe_route){.token = 0, .expert = ids[i], .weight = 0};
+            expert_rank_add(r, l, routes, SYN_K, SYN_K);
+        }
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------ replay */
@@ -207,8 +299,18 @@ int bench_slab_sim(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     expert_rank tr, prof;
     memset(&prof, 0, sizeof prof);
-    hydra_status st = expert_rank_load_trace(&tr, a.trace);
-    if (st == HYDRA_OK && a.profile != NULL) {
+    memset(&tr, 0, sizeof tr);
+    hydra_status st = HYDRA_OK;
+    if (a.synth.tokens > 0) {
+        st = synth_draw(&a.synth, 1, 2, &tr);
+        if (st == HYDRA_OK)
+            st = synth_draw(&a.synth, 1, 3, &prof);
+        a.profile = "a second draw";
+        a.trace = "synthetic";
+    } else {
+        st = expert_rank_load_trace(&tr, a.trace);
+    }
+    if (st == HYDRA_OK && a.profile != NULL && a.synth.tokens == 0) {
         st = expert_rank_init(&prof, tr.n_layer, tr.n_expert, tr.moe);
         if (st == HYDRA_OK)
             st = expert_rank_load(&prof, a.profile);

@@ -21,7 +21,7 @@ static const double UNIT_RESCALE = 1e150;
 
 slab_policy_params slab_policy_default_params(void)
 {
-    return (slab_policy_params){.kind = SLAB_LFU, .bus_budget = 0.25, .decay = 0.95, .hysteresis = 1.25};
+    return (slab_policy_params){.kind = SLAB_LFU, .bus_budget = 0.25, .decay = 0.99, .hysteresis = 1.25};
 }
 
 static const char *const kind_names[] = {"static", "lru", "lfu"};

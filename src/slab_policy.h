@@ -54,9 +54,11 @@ typedef struct slab_policy_params {
     double hysteresis; /* SLAB_LFU: a candidate must score this factor above its victim (>= 1) */
 } slab_policy_params;
 
-/* The default: decayed LFU, half-life ~14 tokens, throttled to one copy
- * per layer every four tokens (docs/PERFORMANCE.md "Hybrid: slab
- * policies" has the comparison). */
+/* The default: decayed LFU (decay 0.99: half-life ~69 tokens, hysteresis
+ * 1.25), throttled to one copy per layer every four tokens.  On a trace
+ * with drifting context it beats the static profile pins by ~2 points of
+ * hit rate at 25% and 50% resident, and loses < 0.5 where routing has no
+ * locality (docs/PERFORMANCE.md "Hybrid: slab policies"). */
 slab_policy_params slab_policy_default_params(void);
 
 /* Parses "static", "lru", "lfu" (any case). */
