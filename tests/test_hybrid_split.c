@@ -12,6 +12,7 @@
 #include "hydra.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -319,5 +320,146 @@ TEST(hybrid_session_refuses_bad_split_parameters)
     CHECK_EQ_INT(frac, HYDRA_ERR_INVALID_ARG);
     CHECK_EQ_INT(backend, HYDRA_ERR_INVALID_ARG);
     CHECK_EQ_INT(mode, HYDRA_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+}
+
+/* --- pin files */
+
+/* A session whose split follows a pin file of the given text. */
+static hydra_status pinned_session(hydra_model *m, const char *text, hydra_session **s)
+{
+    const char *path = util_scratch_path("hybrid-pins.txt");
+    if (util_write_file(path, text, strlen(text)) != 0)
+        return HYDRA_ERR_IO;
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 2;
+    p.kv_type = HYDRA_KV_F32;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.pin_file = path;
+    return hydra_session_create(s, m, &p);
+}
+
+/* Random pins (layer, expert, count) of every MoE layer, as text. */
+static void random_pin_text(hydra_model *m, uint32_t seed, char *buf, size_t cap, uint64_t *n_pins)
+{
+    hydra_session *probe = NULL;
+    buf[0] = '\0';
+    *n_pins = 0;
+    if (split_session(m, 0.0, &probe) != HYDRA_OK)
+        return;
+    size_t len = (size_t)snprintf(buf, cap, "# random pins, seed %u\n", seed);
+    for (uint32_t l = 0;; l++) {
+        hydra_hybrid_layer_stats ls;
+        if (hydra_session_hybrid_layer_stats(probe, l, &ls) != HYDRA_OK)
+            break;
+        for (int32_t e = 0; ls.moe && e < ls.n_expert && len < cap; e++) {
+            seed = seed * 1664525u + 1013904223u;
+            if ((seed >> 16) % 3 == 0) {
+                len += (size_t)snprintf(buf + len, cap - len, "%u %d %u\n", l, (int)e, (seed >> 8) % 50 + 1);
+                ++*n_pins;
+            }
+        }
+    }
+    hydra_session_free(probe);
+}
+
+TEST(hybrid_pin_file_random_pins_match_unsplit)
+{
+    REQUIRE_SHARED();
+    ref_case r;
+    CHECK(ref_load("qwen3moe-kq-q4_k_m", &r));
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    const size_t n_rows = (size_t)REF_PROMPT * (size_t)r.n_vocab;
+    run_out base = {.rows = malloc(sizeof(float) * n_rows)};
+    float *rows = malloc(sizeof(float) * n_rows);
+    hydra_status st = base.rows && rows ? run(m, &r, HYDRA_HYBRID_OFF, 0.0, &base) : HYDRA_ERR_NOMEM;
+    char text[8192];
+    bool ok = true;
+    for (uint32_t seed = 1; seed <= 3 && st == HYDRA_OK; seed++) {
+        uint64_t n_pins;
+        random_pin_text(m, seed, text, sizeof text, &n_pins);
+        hydra_session *s = NULL;
+        hydra_hybrid_stats hs = {0};
+        st = pinned_session(m, text, &s);
+        if (st == HYDRA_OK)
+            st = hydra_session_eval(s, r.prompt, REF_PROMPT, rows);
+        if (st == HYDRA_OK)
+            st = hydra_session_hybrid_stats(s, &hs);
+        hydra_session_free(s);
+        const ref_score sc = ref_score_rows(base.rows, rows, REF_PROMPT, r.n_vocab);
+        printf("  pin file seed %u: %" PRIu64 " pins, %" PRIu64 " resident, KL vs un-split %.3g\n", seed, n_pins,
+               hs.n_resident, sc.kl);
+        ok = ok && n_pins > 0 && hs.n_resident == n_pins && ref_passes(&r, sc);
+    }
+    hydra_model_close(m);
+    free(base.rows);
+    free(rows);
+    CHECK_OK(st);
+    CHECK(ok);
+}
+
+TEST(hybrid_pin_file_empty_and_full_pin_sets)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("mixtral-tiny-q4_0", &m));
+    hydra_session *probe = NULL, *empty = NULL, *full = NULL;
+    hydra_status st = split_session(m, 0.0, &probe);
+    char text[4096] = "";
+    size_t len = 0;
+    for (uint32_t l = 0; st == HYDRA_OK; l++) {
+        hydra_hybrid_layer_stats ls;
+        if (hydra_session_hybrid_layer_stats(probe, l, &ls) != HYDRA_OK)
+            break;
+        for (int32_t e = 0; ls.moe && e < ls.n_expert; e++)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%u %d\n", l, (int)e);
+    }
+    hydra_hybrid_stats a = {0}, b = {0};
+    if (st == HYDRA_OK)
+        st = pinned_session(m, "# nothing pinned\n", &empty);
+    if (st == HYDRA_OK)
+        st = pinned_session(m, text, &full);
+    const int32_t tok[3] = {1, 2, 3};
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(empty, tok, 3, NULL);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(full, tok, 3, NULL);
+    if (st == HYDRA_OK)
+        st = hydra_session_hybrid_stats(empty, &a);
+    if (st == HYDRA_OK)
+        st = hydra_session_hybrid_stats(full, &b);
+    hydra_session_free(probe);
+    hydra_session_free(empty);
+    hydra_session_free(full);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    CHECK_EQ_U64(a.n_resident, 0);
+    CHECK(a.prefill_lookups > 0 && a.prefill_hits == 0);
+    CHECK_EQ_U64(b.n_resident, b.n_experts);
+    CHECK_EQ_U64(b.prefill_hits, b.prefill_lookups);
+}
+
+TEST(hybrid_pin_file_errors_reach_the_session)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("mixtral-tiny-q4_0", &m));
+    hydra_session *s = NULL;
+    const hydra_status bad_line = pinned_session(m, "0 1\nzero one\n", &s);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", hydra_last_error());
+    const hydra_status bad_expert = pinned_session(m, "0 9999\n", &s);
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = N_CTX;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.pin_file = util_scratch_path("hybrid-no-such-pins.txt");
+    const hydra_status missing = hydra_session_create(&s, m, &p);
+    hydra_model_close(m);
+    CHECK_EQ_INT(bad_line, HYDRA_ERR_FORMAT);
+    CHECK(strstr(msg, "hybrid-pins.txt:2") != NULL);
+    CHECK_EQ_INT(bad_expert, HYDRA_ERR_FORMAT);
+    CHECK_EQ_INT(missing, HYDRA_ERR_IO);
     CHECK(s == NULL);
 }
