@@ -29,6 +29,8 @@ typedef struct run_opts {
     const char *logits_out;    /* --logits-out */
     const char *profile_experts; /* --profile-experts: the expert profile written at the end */
     const char *trace_experts;   /* --trace-experts: the routing trace written at the end */
+    const char *model_draft;     /* -md: a draft model for speculative decoding (run_spec.c); NULL: none */
+    hydra_spec_params spec;      /* --spec-draft-n-max, --spec-draft-p-min */
     hydra_token *prompt_ids;   /* --prompt-tokens (owned) */
     size_t n_prompt_ids;
     const char *stops[RUN_MAX_STOPS]; /* --stop, repeatable */
@@ -115,6 +117,13 @@ typedef struct gen_ctx {
     hydra_token *history; /* the tokens in the session, [n_ctx] */
     size_t n_history;
     run_timing timing;
+    /* -md: the draft model and session and the decoder over both; its
+     * tokens wait in spec_out[spec_next, spec_n) (run_spec.c) */
+    hydra_model *draft_model;
+    hydra_session *draft;
+    hydra_spec *spec;
+    hydra_token *spec_out;
+    size_t spec_n, spec_next;
 } gen_ctx;
 
 /* Where generated text goes: stdout, and the reply text when a chat keeps it. */
@@ -153,6 +162,18 @@ void gen_print_sampling(const gen_ctx *g);
 
 /* The timing summary on stderr. */
 void gen_print_timing(const gen_ctx *g);
+
+/* ------------------------------------------------------------ run_spec.c */
+
+/* With -md: opens the draft model, checks its vocabulary against the
+ * target's, and builds the speculative decoder.  RUN_OK or RUN_ERROR (said). */
+int gen_spec_open(gen_ctx *g);
+void gen_spec_close(gen_ctx *g);
+/* The next generated token (a step drafts and verifies at most remaining
+ * tokens, <= 0: no limit).  The decoder evaluates the tokens itself. */
+hydra_status gen_spec_next(gen_ctx *g, int remaining, hydra_token *tok);
+/* Acceptance and widths, one line on stderr. */
+void gen_spec_print(const gen_ctx *g);
 
 /* Tokenizes text for the model: special tokens recognised; add_bos: the
  * model's BOS first when it wants one and the text has none.  *out owned

@@ -222,6 +222,12 @@ static const flag flags[] = {
      "count each MoE layer's expert lookups over the run and write them as a pin file (docs/HYBRID.md)"},
     {"--trace-experts", "FILE", parse_string, AT(trace_experts), 0, 0, 0,
      "write every token's experts per layer (up to the context size; input of hydra-bench --slab-sim)"},
+    {"-md --model-draft", "FILE", parse_string, AT(model_draft), 0, 0, 0,
+     "draft model for speculative decoding (same vocabulary; docs/SPECULATIVE.md)"},
+    {"--spec-draft-n-max --draft-max --draft", "N", parse_int32, AT(spec.n_draft_max), 1, 256, 0,
+     "most tokens drafted per step; every verify pass has N + 1 rows (default 16)"},
+    {"--spec-draft-p-min --draft-p-min", "P", parse_float, AT(spec.p_min), 0, 1, 0,
+     "stop drafting when the draft's most likely token is below P (default 0.75)"},
     {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
      "print the generated token ids (one line) instead of text; implies --ignore-eos"},
     {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},
@@ -250,6 +256,7 @@ void run_opts_init(run_opts *o)
                     .repeat_last_n = 64,
                     .kv_type = HYDRA_KV_F16,
                     .sampling = hydra_sampler_default_params(),
+                    .spec = hydra_spec_default_params(),
                     .conversation = CONV_AUTO};
 }
 

@@ -117,7 +117,7 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
         gen_close(g);
         return RUN_ERROR;
     }
-    if (make_sampler(g) != RUN_OK) {
+    if (make_sampler(g) != RUN_OK || (o->model_draft != NULL && gen_spec_open(g) != RUN_OK)) {
         gen_close(g);
         return RUN_ERROR;
     }
@@ -138,6 +138,7 @@ int gen_save_profile(const gen_ctx *g)
 
 void gen_close(gen_ctx *g)
 {
+    gen_spec_close(g);
     hydra_sampler_free(g->sampler);
     hydra_session_free(g->session);
     free(g->history);
@@ -166,7 +167,9 @@ int gen_feed(gen_ctx *g, const hydra_token *tokens, size_t n, float *all_logits)
         keep = 0;
     }
     const double t0 = run_now_ms();
-    hydra_status st = hydra_session_eval(g->session, tokens + keep, n - keep, all_logits);
+    /* speculative decoding evaluates the prompt but its last token itself */
+    hydra_status st = g->spec ? hydra_spec_start(g->spec, tokens, n)
+                              : hydra_session_eval(g->session, tokens + keep, n - keep, all_logits);
     g->timing.prompt_ms += run_now_ms() - t0;
     if (st != HYDRA_OK) {
         g->n_history = hydra_session_n_past(g->session);
@@ -232,11 +235,14 @@ static bool stream_end(text_stream *ts, gen_output *out)
 /* ------------------------------------------------------------ the loop */
 
 /* One token: sampled, then printed (ids or text).  GEN_LENGTH to go on. */
-static gen_end next_token(gen_ctx *g, text_stream *ts, gen_output *out, bool first, hydra_token *tok)
+static gen_end next_token(gen_ctx *g, text_stream *ts, gen_output *out, int remaining, bool first,
+                          hydra_token *tok)
 {
     const double t0 = run_now_ms();
-    hydra_status st = hydra_sampler_sample(g->sampler, hydra_session_logits(g->session), tok);
-    g->timing.sample_ms += run_now_ms() - t0;
+    hydra_status st = g->spec ? gen_spec_next(g, remaining, tok)
+                              : hydra_sampler_sample(g->sampler, hydra_session_logits(g->session), tok);
+    if (g->spec == NULL) /* the decoder's steps count as evaluation (run_spec.c) */
+        g->timing.sample_ms += run_now_ms() - t0;
     g->timing.n_sampled++;
     if (st != HYDRA_OK) {
         run_error("sampling: %s", hydra_last_error());
@@ -263,7 +269,7 @@ static gen_end decode(gen_ctx *g, hydra_token tok)
     if (g->n_history == hydra_session_n_ctx(g->session))
         return GEN_CONTEXT;
     const double t0 = run_now_ms();
-    hydra_status st = hydra_session_decode(g->session, tok);
+    hydra_status st = g->spec ? HYDRA_OK : hydra_session_decode(g->session, tok); /* the decoder evaluated it */
     g->timing.eval_ms += run_now_ms() - t0;
     if (st != HYDRA_OK) {
         run_error("evaluating token %d: %s", (int)tok, hydra_last_error());
@@ -287,7 +293,8 @@ gen_end gen_run(gen_ctx *g, int n_predict, gen_output *out)
         hydra_token tok;
         if (run_interrupted)
             end = GEN_INTERRUPTED;
-        else if ((end = next_token(g, &ts, out, i == 0, &tok)) == GEN_LENGTH && (n_predict < 0 || i + 1 < n_predict))
+        else if ((end = next_token(g, &ts, out, n_predict < 0 ? -1 : n_predict - i, i == 0, &tok)) == GEN_LENGTH &&
+                 (n_predict < 0 || i + 1 < n_predict))
             end = decode(g, tok); /* the last token needs no evaluation */
     }
     if (g->o->print_ids)
@@ -328,6 +335,7 @@ void gen_print_timing(const gen_ctx *g)
     print_rate("prompt eval time", t->prompt_ms, t->n_prompt);
     print_rate("eval time", t->eval_ms, t->n_eval);
     print_rate("sampling time", t->sample_ms, t->n_sampled);
+    gen_spec_print(g);
     fprintf(stderr, "hydra-run: %-16s = %10.2f ms\n", "total time", run_now_ms() - t->load_start);
 }
 
