@@ -26,9 +26,14 @@ int gen_spec_open(gen_ctx *g)
     sp.n_ctx = hydra_session_n_ctx(g->session);
     sp.n_threads = g->o->n_threads;
     sp.kv_type = g->o->kv_type;
+    /* hydra-run's sessions run on the CPU, which captures no graphs: a
+     * padded verify row there is only extra compute, so the width follows
+     * the drafts (docs/SPECULATIVE.md, "Verify width") */
+    hydra_spec_params pp = g->o->spec;
+    pp.fixed_width = false;
     st = hydra_session_create(&g->draft, g->draft_model, &sp);
     if (st == HYDRA_OK)
-        st = hydra_spec_new(g->session, g->draft, &g->sampling, &g->o->spec, &g->spec);
+        st = hydra_spec_new(g->session, g->draft, &g->sampling, &pp, &g->spec);
     g->spec_out = malloc(sizeof *g->spec_out * ((size_t)g->o->spec.n_draft_max + 1));
     if (st != HYDRA_OK || g->spec_out == NULL) {
         run_error("speculative decoding with %s: %s", g->o->model_draft,
