@@ -64,7 +64,11 @@ uint64_t placement_scratch_estimate(const model_weights *w, int64_t n_batch, int
     const arch_hparams *hp = &w->hp;
     const uint64_t nb = (uint64_t)n_batch, embd = hp->n_embd;
     const uint64_t k = hp->n_expert_used > 0 ? hp->n_expert_used : 1;
-    uint64_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    /* the widest FFN that runs: the dense width only where a layer is dense */
+    bool dense = false;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        dense = dense || !w->layer[l].moe;
+    uint64_t ff = dense && hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     ff = ff > hp->n_ff_shexp ? ff : hp->n_ff_shexp;
     const uint64_t att = (uint64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v);
     const uint64_t kv = (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
@@ -188,11 +192,11 @@ static hydra_status check_input(const placement_input *in)
 
 static hydra_status too_small(const placement_plan *p, uint64_t fixed)
 {
-    return hydra_fail(HYDRA_ERR_RANGE, "a VRAM budget of %" PRIu64 " bytes (%.2f GiB) cannot hold the non-expert "
+    return hydra_fail(HYDRA_ERR_RANGE, "a VRAM budget of %" PRIu64 " bytes (%.2f MiB) cannot hold the non-expert "
                       "part: weights %" PRIu64 " + shared experts %" PRIu64 " + KV cache %" PRIu64 " + scratch %"
-                      PRIu64 " = %" PRIu64 " bytes (%.2f GiB)", p->budget, (double)p->budget / (1u << 30),
+                      PRIu64 " = %" PRIu64 " bytes (%.2f MiB)", p->budget, (double)p->budget / (1u << 20),
                       p->nonexpert_bytes, p->shared_bytes, p->kv_bytes, p->scratch_bytes, fixed,
-                      (double)fixed / (1u << 30));
+                      (double)fixed / (1u << 20));
 }
 
 hydra_status placement_make(placement_plan *p, const placement_input *in)
@@ -268,16 +272,21 @@ static void put_layers(text *t, const placement_plan *p)
         const placement_layer *L = &p->layer[l];
         uint32_t end = l + 1;
         while (end < p->n_layer && p->layer[end].moe == L->moe && p->layer[end].n_slots == L->n_slots &&
-               p->layer[end].coverage == L->coverage)
+               p->layer[end].expert_bytes == L->expert_bytes && p->layer[end].coverage == L->coverage)
             end++;
-        if (!L->moe)
-            put(t, "  layers %u-%u: dense\n", l, end - 1);
-        else if (L->coverage >= 0.0)
-            put(t, "  layers %u-%u: %d of %d experts resident (%" PRIu64 " bytes each), covering %.1f%% of lookups\n",
-                l, end - 1, (int)L->n_slots, (int)L->n_expert, L->expert_bytes, 100.0 * L->coverage);
+        char which[48];
+        if (end - 1 == l)
+            snprintf(which, sizeof which, "layer %u", l);
         else
-            put(t, "  layers %u-%u: %d of %d experts resident (%" PRIu64 " bytes each)\n", l, end - 1,
-                (int)L->n_slots, (int)L->n_expert, L->expert_bytes);
+            snprintf(which, sizeof which, "layers %u-%u", l, end - 1);
+        if (!L->moe)
+            put(t, "  %s: dense\n", which);
+        else if (L->coverage >= 0.0)
+            put(t, "  %s: %d of %d experts resident (%" PRIu64 " bytes each), covering %.1f%% of lookups\n", which,
+                (int)L->n_slots, (int)L->n_expert, L->expert_bytes, 100.0 * L->coverage);
+        else
+            put(t, "  %s: %d of %d experts resident (%" PRIu64 " bytes each)\n", which, (int)L->n_slots,
+                (int)L->n_expert, L->expert_bytes);
         l = end;
     }
 }
@@ -287,7 +296,7 @@ size_t placement_describe(const placement_plan *p, char *buf, size_t cap)
     text t = {.buf = buf, .cap = cap};
     if (cap > 0)
         buf[0] = '\0';
-    put(&t, "placement for a budget of %" PRIu64 " bytes (%.2f GiB):\n", p->budget, (double)p->budget / (1u << 30));
+    put(&t, "placement for a budget of %" PRIu64 " bytes (%.2f MiB):\n", p->budget, (double)p->budget / (1u << 20));
     put_part(&t, "non-expert weights", p->nonexpert_bytes);
     put_part(&t, "shared experts", p->shared_bytes);
     put_part(&t, "KV cache", p->kv_bytes);

@@ -82,9 +82,11 @@ static int run_mode(const run_opts *o)
     if (m == NULL)
         return RUN_ERROR;
     int rc = RUN_OK;
-    if (o->info)
+    if (o->info) {
         run_print_info(m, path, o->verbose);
-    else if (o->tokenize)
+        if (o->vram_budget_gib > 0 || o->hybrid != HYDRA_HYBRID_OFF)
+            rc = run_print_plan(o, m);
+    } else if (o->tokenize)
         rc = run_tokenize(o, m);
     else if (wants_chat(o, m))
         rc = run_chat(o, m, load_start);

@@ -43,6 +43,11 @@ typedef struct run_opts {
     hydra_kv_type kv_type;
     hydra_sampler_params sampling; /* seed and penalty_last_n are set from the fields above */
     int conversation;              /* run_conversation */
+    int hybrid;                    /* --hybrid: a hydra_hybrid_mode */
+    float resident;                /* --resident: share of each MoE layer's experts in the slab */
+    float vram_budget_gib;         /* --vram-budget; 0: none */
+    const char *pin_file;          /* --pin-file */
+    bool stats;                    /* --stats: the hybrid split's counters after the run */
     bool info, verbose, tokenize, print_ids, verbose_prompt, ignore_eos, special, no_display_prompt, help;
 } run_opts;
 
@@ -59,6 +64,16 @@ const char *run_default_model(char *path, size_t len);
 
 /* run_info.c */
 void run_print_info(const hydra_model *m, const char *path, bool verbose);
+
+/* run_hybrid.c: the split's session parameters from the flags; the
+ * placement plan of --info --vram-budget (RUN_OK or RUN_ERROR, said); the
+ * counters of --stats. */
+void run_hybrid_params(const run_opts *o, hydra_session_params *sp);
+int run_print_plan(const run_opts *o, const hydra_model *m);
+void run_print_hybrid_stats(const hydra_session *s, FILE *fp);
+
+/* run_gen.c: the context a session gets from -c (0: the model's). */
+uint32_t gen_context_size(const run_opts *o, const hydra_model *m);
 
 /* run.c: one line on stderr, "hydra-run: ..." */
 void run_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

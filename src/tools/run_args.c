@@ -132,6 +132,20 @@ static bool parse_kv_type(const flag *f, const char *name, const char *value, ru
     return true;
 }
 
+static bool parse_hybrid(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    static const struct { const char *name; hydra_hybrid_mode mode; } modes[] = {
+        {"off", HYDRA_HYBRID_OFF}, {"cpu", HYDRA_HYBRID_CPU_SPLIT}, {"cuda", HYDRA_HYBRID_CUDA}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (strcmp(value, modes[i].name) == 0) {
+            o->hybrid = (int)modes[i].mode;
+            return true;
+        }
+    run_error("%s '%s': off, cpu or cuda", name, value);
+    return false;
+}
+
 /* "1,2,3" (commas and/or spaces) into o->prompt_ids. */
 static bool parse_ids(const flag *f, const char *name, const char *value, run_opts *o)
 {
@@ -228,6 +242,15 @@ static const flag flags[] = {
      "most tokens drafted per step; every verify pass has N + 1 rows (default 16)"},
     {"--spec-draft-p-min --draft-p-min", "P", parse_float, AT(spec.p_min), 0, 1, 0,
      "stop drafting when the draft's most likely token is below P (default 0.75)"},
+    {"--hybrid", "MODE", parse_hybrid, 0, 0, 0, 0,
+     "split each MoE layer's experts: off (default), cpu (the slab a host buffer), cuda (docs/HYBRID.md)"},
+    {"--resident", "F", parse_float, AT(resident), 0, 1, 0,
+     "with --hybrid: share of each MoE layer's experts in the slab (default 0.5)"},
+    {"--pin-file", "FILE", parse_string, AT(pin_file), 0, 0, 0,
+     "with --hybrid: the experts to pin, most used first (a --profile-experts file)"},
+    {"--vram-budget", "GiB", parse_float, AT(vram_budget_gib), 0, 1 << 20, 0,
+     "with --hybrid: plan the slab in this budget; with --info: print the plan"},
+    {"--stats", NULL, parse_switch, AT(stats), 0, 0, 0, "print the hybrid split's counters after the run"},
     {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
      "print the generated token ids (one line) instead of text; implies --ignore-eos"},
     {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},
@@ -257,7 +280,8 @@ void run_opts_init(run_opts *o)
                     .kv_type = HYDRA_KV_F16,
                     .sampling = hydra_sampler_default_params(),
                     .spec = hydra_spec_default_params(),
-                    .conversation = CONV_AUTO};
+                    .conversation = CONV_AUTO,
+                    .resident = 0.5f};
 }
 
 void run_opts_free(run_opts *o)

@@ -52,7 +52,7 @@ void run_catch_interrupts(void)
 /* ------------------------------------------------------------ setup */
 
 /* -c: as given; unset, 4096 or the model's context_length when smaller. */
-static uint32_t context_size(const run_opts *o, const hydra_model *m)
+uint32_t gen_context_size(const run_opts *o, const hydra_model *m)
 {
     if (o->n_ctx >= 0)
         return (uint32_t)o->n_ctx;
@@ -94,11 +94,12 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
 {
     *g = (gen_ctx){.o = o, .model = m, .timing = {.load_start = load_start}};
     hydra_session_params sp = hydra_session_default_params();
-    sp.n_ctx = context_size(o, m);
+    sp.n_ctx = gen_context_size(o, m);
     sp.n_threads = o->n_threads;
     sp.kv_type = o->kv_type;
     if (n_batch > sp.n_batch)
         sp.n_batch = (uint32_t)n_batch;
+    run_hybrid_params(o, &sp);
     hydra_status st = hydra_session_create(&g->session, m, &sp);
     if (st != HYDRA_OK) {
         run_error("cannot run the model (%s): %s", hydra_strerror(st), hydra_last_error());
@@ -138,6 +139,8 @@ int gen_save_profile(const gen_ctx *g)
 
 void gen_close(gen_ctx *g)
 {
+    if (g->o != NULL && g->o->stats && g->session != NULL)
+        run_print_hybrid_stats(g->session, stderr);
     gen_spec_close(g);
     hydra_sampler_free(g->sampler);
     hydra_session_free(g->session);
