@@ -8,7 +8,7 @@
  * Per token, layer by layer: the token's k experts are looked up (hits:
  * resident), then the policy's admissions are made and land before the
  * next token (an optimistic copy: one decode step is ~20 ms, one expert of
- * Qwen3-30B-A3B at Q4_K is 1.7 MB, ~30 us over PCIe Gen5).  Static pins
+ * Qwen3-30B-A3B at Q4_K is ~2.6 MB, ~50 us over PCIe Gen5).  Static pins
  * come from --profile (another run's profile), else from the trace's own
  * counts ("oracle": the best any fixed pin set can do on this trace);
  * dynamic policies start from the same pins.
