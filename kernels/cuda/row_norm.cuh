@@ -3,8 +3,10 @@
  * the MoE combine that ends a layer (which norms the row it has just
  * summed, for the next layer): given a row's sum of squares, write
  * y = x / rms * gain and, with q, the 8-bit form of y by the rule of
- * quantize.cu (one warp per 32 values).  Blocks of GK_NORM_THREADS threads;
- * the sum of squares in double, as op_rmsnorm.
+ * quantize.cu (one warp per 32 values).  Blocks of any multiple of 32
+ * threads up to 1024; the sum of squares in double, as op_rmsnorm.  The row
+ * is read through L2 (__ldcg): in a launch's tail (tail.cuh) other blocks
+ * wrote it.
  */
 #ifndef HYDRA_CUDA_ROW_NORM_CUH
 #define HYDRA_CUDA_ROW_NORM_CUH
@@ -34,13 +36,13 @@ static inline __device__ void row_norm_store(const float *xr, int64_t n, double 
     float *yr = o->y + row * n;
     if (o->q == NULL) {
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-            yr[i] = o->gain != NULL ? xr[i] * scale * o->gain[i] : xr[i] * scale;
+            yr[i] = o->gain != NULL ? __ldcg(xr + i) * scale * o->gain[i] : __ldcg(xr + i) * scale;
         return;
     }
     const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
     for (int64_t c0 = (int64_t)warp * GPU_WARP; c0 < n; c0 += blockDim.x) {
         const int64_t i = c0 + lane;
-        const float v = o->gain != NULL ? xr[i] * scale * o->gain[i] : xr[i] * scale;
+        const float v = o->gain != NULL ? __ldcg(xr + i) * scale * o->gain[i] : __ldcg(xr + i) * scale;
         yr[i] = v;
         const float amax = warp_max(fabsf(v));
         const int qi = __float2int_rn(v * (amax != 0.0f ? 127.0f / amax : 0.0f));
@@ -57,6 +59,62 @@ static inline __device__ void row_norm_store(const float *xr, int64_t n, double 
             mt[3] = 0;
         }
     }
+}
+
+
+/* Values per thread that rmsnorm_row keeps in registers. */
+enum { NR_PER_THREAD = 16 };
+
+/* The whole RMSNorm of row `row` (n values, n % 32 == 0, n <= NR_PER_THREAD
+ * * blockDim.x) by the block in one pass: every thread loads its values
+ * (tid + k * blockDim.x) and gains at once, so the row costs one round trip
+ * to memory instead of one per value (a norm is latency-bound).  The same
+ * sum order and formulas as the two-pass path. */
+static inline __device__ void rmsnorm_row(const float *xr, int64_t n, const gk_norm_out *o, int64_t row, double *red)
+{
+    float v[NR_PER_THREAD], g[NR_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < NR_PER_THREAD; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        v[k] = i < n ? __ldcg(xr + i) : 0.0f;
+        g[k] = i < n && o->gain != NULL ? o->gain[i] : 1.0f;
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int k = 0; k < NR_PER_THREAD; k++)
+        sum += (double)v[k] * v[k];
+    sum = block_sum_d(sum, red);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + o->eps);
+    const int lane = threadIdx.x % GPU_WARP;
+#pragma unroll
+    for (int k = 0; k < NR_PER_THREAD; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i >= n) /* whole warps: n and blockDim.x are multiples of 32 */
+            break;
+        const float y = o->gain != NULL ? v[k] * scale * g[k] : v[k] * scale;
+        o->y[row * n + i] = y;
+        if (o->q == NULL)
+            continue;
+        const float amax = warp_max(fabsf(y));
+        const int qi = __float2int_rn(y * (amax != 0.0f ? 127.0f / amax : 0.0f));
+        o->q[row * n + i] = (int8_t)qi;
+        int s = qi;
+        for (int m = 8; m > 0; m /= 2)
+            s += gpu_shfl_xor(s, m);
+        const int s_hi = gpu_shfl(s, 16);
+        if (lane == 0) {
+            int32_t *mt = o->meta + 4 * ((row * n + i) / 32);
+            mt[0] = __float_as_int(amax / 127.0f);
+            mt[1] = s;
+            mt[2] = s_hi;
+            mt[3] = 0;
+        }
+    }
+}
+
+static inline __device__ bool rmsnorm_row_fits(int64_t n)
+{
+    return n % GPU_WARP == 0 && n <= (int64_t)NR_PER_THREAD * blockDim.x;
 }
 
 #endif
