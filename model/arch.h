@@ -61,6 +61,8 @@ typedef struct arch_hparams {
     uint32_t n_expert_shared;        /* shared experts (deepseek2: their FFN is n_ff_exp wide each) */
     uint32_t q_lora_rank, kv_lora_rank; /* MLA's compressed query and KV widths (deepseek2) */
     uint32_t n_swa;                  /* sliding window in positions (attention.sliding_window); 0: none */
+    uint32_t n_nextn;                /* nextn_predict_layers: MTP blocks counted in block_count, after the
+                                        main ones; the main pass does not run them (docs/SPECULATIVE.md) */
     /* rope.scaling.* */
     uint32_t rope_scaling;           /* arch_rope_scaling */
     float rope_scaling_factor;       /* context extension factor; 0 = none */

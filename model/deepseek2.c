@@ -19,7 +19,12 @@
  *     added without a gate;
  *   - normal (GPT-J) RoPE on the rope dimensions, YaRN when rope.scaling.*
  *     says so, with DeepSeek's magnitude factor moved into the softmax
- *     scale (below).
+ *     scale (below);
+ *   - nextn_predict_layers multi-token-prediction (MTP/NextN) blocks, when
+ *     a converter keeps them, are the last ones of block_count (llama.cpp's
+ *     layout: blk.N.nextn.{eh_proj,enorm,hnorm,shared_head_head,
+ *     shared_head_norm,embed_tokens} beside the block's usual tensors); the
+ *     main pass runs only the blocks before them.
  *
  * Older GGUFs with the unsplit attn_kv_b are refused with a message: their
  * key part would have to be transposed per head (and requantised) to
@@ -39,6 +44,7 @@ static const arch_key keys[] = {
     ARCH_KEY("attention.kv_lora_rank", kv_lora_rank, KEY_U32, true),
     ARCH_KEY("attention.key_length_mla", head_dim_k, KEY_U32, false),
     ARCH_KEY("attention.value_length_mla", head_dim_v, KEY_U32, false),
+    ARCH_KEY("nextn_predict_layers", n_nextn, KEY_U32, false),
 };
 
 static const arch_use tensors[] = {
@@ -96,6 +102,11 @@ static hydra_status deepseek2_hparams(const hydra_model *m, arch_hparams *hp)
         return hydra_fail(HYDRA_ERR_FORMAT, "deepseek2: expert_shared_count %u (of width %u): need at least one",
                           hp->n_expert_shared, hp->n_ff_exp);
     hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+    if (hp->n_nextn >= hp->n_layer || hp->n_layer - hp->n_nextn <= hp->n_layer_dense_lead)
+        return hydra_fail(HYDRA_ERR_FORMAT, "deepseek2: nextn_predict_layers %u of block_count %u (%u leading "
+                          "dense): the main model needs a MoE block", hp->n_nextn, hp->n_layer,
+                          hp->n_layer_dense_lead);
+    hp->n_layer -= hp->n_nextn;
     /* DeepSeek's YaRN keeps cos and sin unscaled and multiplies the softmax
      * scale by mscale^2, mscale = 1 + yarn_log_multiplier * ln(factor)
      * (its yarn_get_mscale with mscale_all_dim; the converter writes 0.1 *

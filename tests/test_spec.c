@@ -6,8 +6,10 @@
  * after rejected drafts give the logits of a session that never saw them,
  * and vocabularies are checked.
  */
+#include "gguf_write.h"
 #include "hydra.h"
 #include "test.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -418,4 +420,180 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
     CHECK_EQ_INT(st_k, HYDRA_ERR_INVALID_ARG);
     CHECK_EQ_INT(st_p, HYDRA_ERR_INVALID_ARG);
     CHECK(spec == NULL);
+}
+
+/* ------------------------------------------------------------ MTP / NextN blocks */
+
+/* Copies a model's metadata value by value (the types the tiny files use). */
+static hydra_status copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w)
+{
+    int64_t i = 0;
+    uint64_t u = 0;
+    double f = 0;
+    bool b = false;
+    const char *s = NULL;
+    hydra_value_type et;
+    size_t n = 0;
+    switch (type) {
+    case HYDRA_VALUE_U32:
+        return hydra_model_get_u64(m, key, &u) == HYDRA_OK ? gguf_writer_add_u32(w, key, (uint32_t)u) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_I32:
+        return hydra_model_get_i64(m, key, &i) == HYDRA_OK ? gguf_writer_add_i32(w, key, (int32_t)i) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_U64:
+        return hydra_model_get_u64(m, key, &u) == HYDRA_OK ? gguf_writer_add_u64(w, key, u) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_F32:
+        return hydra_model_get_f64(m, key, &f) == HYDRA_OK ? gguf_writer_add_f32(w, key, (float)f) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_BOOL:
+        return hydra_model_get_bool(m, key, &b) == HYDRA_OK ? gguf_writer_add_bool(w, key, b) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_STRING:
+        return hydra_model_get_str(m, key, &s, NULL) == HYDRA_OK ? gguf_writer_add_str(w, key, s) : HYDRA_ERR_TYPE;
+    case HYDRA_VALUE_ARRAY:
+        break;
+    default:
+        return HYDRA_ERR_UNSUPPORTED;
+    }
+    if (hydra_model_get_arr(m, key, &et, &n) != HYDRA_OK)
+        return HYDRA_ERR_TYPE;
+    hydra_status st = HYDRA_OK;
+    if (et == HYDRA_VALUE_STRING) {
+        const char **v = malloc(sizeof *v * (n ? n : 1));
+        for (size_t k = 0; v != NULL && st == HYDRA_OK && k < n; k++)
+            st = hydra_model_get_arr_str(m, key, k, &v[k], NULL);
+        st = v == NULL ? HYDRA_ERR_NOMEM : st == HYDRA_OK ? gguf_writer_add_arr_str(w, key, v, n) : st;
+        free(v);
+    } else if (et == HYDRA_VALUE_I32) {
+        int32_t *v = malloc(sizeof *v * (n ? n : 1));
+        for (size_t k = 0; v != NULL && st == HYDRA_OK && k < n; k++)
+            st = hydra_model_get_arr_i64(m, key, k, &i), v[k] = (int32_t)i;
+        st = v == NULL ? HYDRA_ERR_NOMEM : st == HYDRA_OK ? gguf_writer_add_arr_i32(w, key, v, n) : st;
+        free(v);
+    } else if (et == HYDRA_VALUE_F32) {
+        float *v = malloc(sizeof *v * (n ? n : 1));
+        for (size_t k = 0; v != NULL && st == HYDRA_OK && k < n; k++)
+            st = hydra_model_get_arr_f64(m, key, k, &f), v[k] = (float)f;
+        st = v == NULL ? HYDRA_ERR_NOMEM : st == HYDRA_OK ? gguf_writer_add_arr_f32(w, key, v, n) : st;
+        free(v);
+    } else {
+        st = HYDRA_ERR_UNSUPPORTED;
+    }
+    return st;
+}
+
+/* The MTP tensors of llama.cpp's layout for block l, all F32 (their values
+ * do not matter to the main pass): name suffix and ne[0] in units of n_embd. */
+static const struct {
+    const char *suffix;
+    uint64_t ne0_embd, ne1_embd;
+} nextn_tensors[] = {
+    {"nextn.eh_proj.weight", 2, 1},
+    {"nextn.enorm.weight", 1, 0},
+    {"nextn.hnorm.weight", 1, 0},
+    {"nextn.shared_head_norm.weight", 1, 0},
+};
+
+/* deepseek2-tiny-f32 (3 blocks) rewritten: block_count and
+ * nextn_predict_layers as given; with_last false drops blk.2.*; with
+ * nextn, blk.2 gets the MTP tensors too. */
+static hydra_status write_variant(const hydra_model *m, const char *path, uint32_t block_count, uint32_t nextn,
+                                  bool with_last)
+{
+    gguf_writer *w = NULL;
+    hydra_status st = gguf_writer_open(&w, path);
+    for (size_t i = 0; st == HYDRA_OK && i < hydra_model_meta_count(m); i++) {
+        const char *key;
+        hydra_value_type type;
+        st = hydra_model_meta_at(m, i, &key, &type);
+        if (st != HYDRA_OK || strcmp(key, "general.alignment") == 0)
+            continue;
+        st = strcmp(key, "deepseek2.block_count") == 0 ? gguf_writer_add_u32(w, key, block_count)
+                                                          : copy_key(m, key, type, w);
+    }
+    if (st == HYDRA_OK && nextn > 0)
+        st = gguf_writer_add_u32(w, "deepseek2.nextn_predict_layers", nextn);
+    const size_t n_tensors = hydra_model_tensor_count(m);
+    const uint64_t n_embd = 64;
+    for (size_t i = 0; st == HYDRA_OK && i < n_tensors; i++) {
+        hydra_tensor_info ti;
+        st = hydra_model_tensor_at(m, i, &ti);
+        if (st == HYDRA_OK && (with_last || strncmp(ti.name, "blk.2.", 6) != 0))
+            st = gguf_writer_add_tensor(w, ti.name, ti.type, ti.n_dims, ti.ne);
+    }
+    for (size_t j = 0; st == HYDRA_OK && nextn > 0 && j < sizeof nextn_tensors / sizeof nextn_tensors[0]; j++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.2.%s", nextn_tensors[j].suffix);
+        const uint64_t ne[2] = {nextn_tensors[j].ne0_embd * n_embd, nextn_tensors[j].ne1_embd * n_embd};
+        st = gguf_writer_add_tensor(w, name, 0 /* F32 */, ne[1] ? 2 : 1, ne);
+    }
+    for (size_t i = 0; st == HYDRA_OK && i < n_tensors; i++) {
+        hydra_tensor_info ti;
+        st = hydra_model_tensor_at(m, i, &ti);
+        if (st == HYDRA_OK && (with_last || strncmp(ti.name, "blk.2.", 6) != 0))
+            st = gguf_writer_write(w, ti.data, ti.n_bytes);
+    }
+    static const float one = 1.0f;
+    for (size_t j = 0; st == HYDRA_OK && nextn > 0 && j < sizeof nextn_tensors / sizeof nextn_tensors[0]; j++) {
+        const uint64_t n = nextn_tensors[j].ne0_embd * n_embd * (nextn_tensors[j].ne1_embd ? n_embd : 1);
+        for (uint64_t k = 0; st == HYDRA_OK && k < n; k++)
+            st = gguf_writer_write(w, &one, sizeof one);
+    }
+    if (st != HYDRA_OK) {
+        gguf_writer_abort(w);
+        return st;
+    }
+    return gguf_writer_close(w);
+}
+
+/* The last prompt position's logits, at most cap of them (*n). */
+static hydra_status last_logits(const char *path, float *out, size_t cap, size_t *n)
+{
+    hydra_model *m = NULL;
+    hydra_session *s = NULL;
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    hydra_status st = hydra_model_open(&m, &mp);
+    if (st == HYDRA_OK)
+        st = make_session(m, 64, 16, &s);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, prompt, N_PROMPT, NULL);
+    *n = 0;
+    if (st == HYDRA_OK) {
+        *n = hydra_session_n_vocab(s) < cap ? hydra_session_n_vocab(s) : cap;
+        memcpy(out, hydra_session_logits(s), sizeof(float) * *n);
+    }
+    hydra_session_free(s);
+    hydra_model_close(m);
+    return st;
+}
+
+/* A deepseek2 file whose last block is an MTP block (nextn_predict_layers
+ * 1, with the nextn.* tensors) gives, bit for bit, the logits of the same
+ * file without that block: the main pass does not run it.  A file whose
+ * blocks would all be MTP is refused. */
+TEST(spec_deepseek2_nextn_blocks_are_left_out_of_the_main_pass)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("deepseek2-tiny-f32", &m));
+    char with_mtp[512], without[512], all_mtp[512];
+    snprintf(with_mtp, sizeof with_mtp, "%s", util_scratch_path("spec-ds2-nextn.gguf"));
+    snprintf(without, sizeof without, "%s", util_scratch_path("spec-ds2-2blocks.gguf"));
+    snprintf(all_mtp, sizeof all_mtp, "%s", util_scratch_path("spec-ds2-all-nextn.gguf"));
+    hydra_status st = write_variant(m, with_mtp, 3, 1, true);
+    if (st == HYDRA_OK)
+        st = write_variant(m, without, 2, 0, false);
+    if (st == HYDRA_OK)
+        st = write_variant(m, all_mtp, 3, 2, true);
+    hydra_model_close(m);
+    if (st != HYDRA_OK)
+        FAIL("writing the variants: %s", hydra_last_error());
+    enum { N_VOCAB_MAX = 4096 };
+    static float a[N_VOCAB_MAX], b[N_VOCAB_MAX];
+    size_t na = 0, nb = 0;
+    CHECK_OK(last_logits(with_mtp, a, N_VOCAB_MAX, &na));
+    CHECK_OK(last_logits(without, b, N_VOCAB_MAX, &nb));
+    CHECK(na == nb && na > 0);
+    CHECK(memcmp(a, b, sizeof(float) * na) == 0);
+    const hydra_status refused = last_logits(all_mtp, a, N_VOCAB_MAX, &na);
+    CHECK_EQ_INT(refused, HYDRA_ERR_FORMAT);
+    CHECK(strstr(hydra_last_error(), "nextn_predict_layers") != NULL);
 }
