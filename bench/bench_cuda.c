@@ -12,6 +12,18 @@
  *     between launches (graphs off for that part, so launch gaps count).
  *
  *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
+ *               [--hybrid F1,F2,.. [--cpu-threads N] [--admit MIB] [--no-stream-prefill]
+ *                [--handoff-flags] [--hybrid-only]]
+ *
+ * --hybrid: hybrid decode (issue 10) instead, one session per fraction of
+ * each MoE layer's experts resident in the VRAM slab: pp and tg as above
+ * (the warm-up also lets the dynamic slab learn), then the decode hit rate,
+ * the hand-off p50/p99, the CPU pass and its exposed part per MoE layer,
+ * host->device bytes per decoded token and admissions over the timed tg
+ * runs.  --admit: the admission bus budget in MiB per token of a step (0:
+ * static slab); --cpu-threads: threads of the CPU pass; --handoff-flags:
+ * the CPU side answers mapped flags from a spinning thread instead of graph
+ * host nodes; --hybrid-only: skip the all-VRAM session.
  */
 #include "bench_cuda.h"
 
@@ -25,13 +37,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { MAX_REPS = 100, PROBE_MIB = 2048 };
+
+enum { MAX_FRACTIONS = 8 };
 
 typedef struct cuda_opts {
     const char *model;
     int prompt, gen, reps, split;
     bool graphs;
+    int n_fractions, cpu_threads;
+    double fraction[MAX_FRACTIONS], admit_mib;
+    bool stream_prefill, handoff_flags, hybrid_only;
 } cuda_opts;
 
 static double now_s(void)
@@ -170,13 +188,132 @@ static int kernel_split(const hydra_model *m, const cuda_opts *o)
     return st == HYDRA_OK ? 0 : 1;
 }
 
+/* "1,0.5,0.25" into f; the count, or -1 on a bad list. */
+static int parse_fractions(const char *v, double *f)
+{
+    int n = 0;
+    for (const char *p = v; *p != '\0' && n < MAX_FRACTIONS; n++) {
+        char *end = NULL;
+        f[n] = strtod(p, &end);
+        if (end == p || f[n] < 0.0 || f[n] > 1.0 || (*end != ',' && *end != '\0'))
+            return -1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static int cpu_cores(void)
+{
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 1 ? (int)n : 1;
+}
+
+/* Tokens per second of one pp (one batch) or tg (one token at a time)
+ * run from position 0; -1 on failure. */
+static double gpu_run_once(gpu_session *g, const int32_t *tokens, int n, bool gen, float *logits)
+{
+    const double t0 = now_s();
+    hydra_status st = HYDRA_OK;
+    if (gen)
+        for (int i = 0; i < n && st == HYDRA_OK; i++)
+            st = gpu_forward(g, i, &tokens[i], 1, false, logits);
+    else
+        st = gpu_forward(g, 0, tokens, n, false, logits);
+    if (st != HYDRA_OK) {
+        fprintf(stderr, "hydra-bench: hybrid: %s\n", hydra_last_error());
+        return -1;
+    }
+    return n / (now_s() - t0);
+}
+
+static bool gpu_timed(gpu_session *g, const int32_t *tokens, int n, bool gen, const cuda_opts *o, float *logits,
+                      double *mean, double *sd)
+{
+    double tps[MAX_REPS];
+    if (gpu_run_once(g, tokens, n, gen, logits) < 0)
+        return false;
+    if (gen)
+        gpu_hybrid_counters_reset(g);
+    for (int r = 0; r < o->reps; r++)
+        if ((tps[r] = gpu_run_once(g, tokens, n, gen, logits)) < 0)
+            return false;
+    mean_sd(tps, o->reps, mean, sd);
+    return true;
+}
+
+/* One hybrid session per fraction: pp, tg and the split's counters. */
+static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t *tokens)
+{
+    model_weights w;
+    if (weights_bind(&w, m) != HYDRA_OK)
+        return 1;
+    float *logits = malloc(sizeof(float) * w.hp.n_vocab);
+    /* Default: the cores less two, for the thread waiting on the step and the
+     * driver's own (measured on the H200 host: all 16 busy oversubscribe it). */
+    const int threads = o->cpu_threads > 0 ? o->cpu_threads : cpu_cores() - 2 > 0 ? cpu_cores() - 2 : 1;
+    printf("\nhybrid decode: CPU pass on %d threads, hand-off by %s, admissions %.1f MiB per token of a step%s, "
+           "prefill %s\n\n", threads, o->handoff_flags ? "mapped flags (spinning thread)" : "graph host nodes",
+           o->admit_mib, o->admit_mib > 0 ? "" : " (static slab)",
+           o->stream_prefill ? "streams missed experts when registered" : "misses on the CPU");
+    printf("| resident | slab GiB | pp%d t/s | tg%d t/s | decode hit rate | hand-off p50 / p99 us | CPU pass us "
+           "per MoE layer | exposed us per MoE layer | GPU hits us per MoE layer | H2D MB per token | admissions "
+           "| unsafe replays |\n", o->prompt, o->gen);
+    printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    int rc = logits != NULL ? 0 : 1;
+    for (int i = 0; i < o->n_fractions && rc == 0; i++) {
+        const gpu_options go = {.n_ctx = o->prompt + o->gen + 1, .n_batch = o->prompt > 0 ? o->prompt : 1,
+                                .kv_type = QT_F16, .graphs = o->graphs, .hybrid = true,
+                                .slab_fraction = o->fraction[i], .cpu_threads = threads,
+                                .admit_bytes_per_token = (uint64_t)(o->admit_mib * 1048576.0),
+                                .stream_prefill = o->stream_prefill, .handoff_flags = o->handoff_flags,
+                                .verbose = true};
+        gpu_session *g = NULL;
+        double pp = 0, pp_sd = 0, tg = 0, tg_sd = 0;
+        const double t0 = now_s();
+        if (gpu_session_create(&g, &w, &go) != HYDRA_OK) {
+            fprintf(stderr, "hydra-bench: hybrid %.2f: %s\n", o->fraction[i], hydra_last_error());
+            rc = 1;
+            break;
+        }
+        fprintf(stderr, "hybrid %.2f: session created in %.1f s\n", o->fraction[i], now_s() - t0);
+        if ((o->prompt > 0 && !gpu_timed(g, tokens, o->prompt, false, o, logits, &pp, &pp_sd)) ||
+            (o->gen > 0 && !gpu_timed(g, tokens, o->gen, true, o, logits, &tg, &tg_sd)))
+            rc = 1;
+        gpu_hybrid_counters c;
+        gpu_hybrid_counters_get(g, &c);
+        const double ls = c.layer_steps > 0 ? (double)c.layer_steps : 1.0;
+        const double dt = c.decode_tokens > 0 ? (double)c.decode_tokens : 1.0;
+        if (rc == 0)
+            printf("| %.0f%% | %.2f | %.1f ± %.1f | %.2f ± %.2f | %.1f%% | %.1f / %.1f | %.1f | %.1f | %.1f | %.3f | "
+                   "%llu | %llu |\n", 100 * o->fraction[i], c.slab_bytes / 1073741824.0, pp, pp_sd, tg, tg_sd,
+                   c.lookups ? 100.0 * (double)c.hits / (double)c.lookups : 0.0, c.handoff_p50_ns / 1e3,
+                   c.handoff_p99_ns / 1e3, c.cpu_ns / 1e3 / ls, c.exposed_ns / 1e3 / ls, c.hit_ns / 1e3 / ls,
+                   c.h2d_bytes / 1e6 / dt, (unsigned long long)c.admissions, (unsigned long long)c.unsafe_replays);
+        if (rc == 0 && tg > 0)
+            fprintf(stderr, "hybrid %.2f: decode %.3f ms per token; CPU pass %.3f ms, exposed %.3f ms, GPU hits %.3f "
+                    "ms per token (sums over MoE layers); registration %.0f ms\n", o->fraction[i], 1e3 / tg,
+                    c.cpu_ns / 1e6 / dt, c.exposed_ns / 1e6 / dt, c.hit_ns / 1e6 / dt, c.register_ms);
+        fflush(stdout);
+        gpu_session_free(g);
+    }
+    free(logits);
+    weights_free(&w);
+    return rc;
+}
+
 static int parse(int argc, char **argv, cuda_opts *o)
 {
-    *o = (cuda_opts){.prompt = 512, .gen = 128, .reps = 3, .split = 32, .graphs = true};
+    *o = (cuda_opts){.prompt = 512, .gen = 128, .reps = 3, .split = 32, .graphs = true, .cpu_threads = 0,
+                     .admit_mib = 8, .stream_prefill = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--no-graphs") == 0) {
-            o->graphs = false;
+        bool *flag = strcmp(a, "--no-graphs") == 0           ? &o->graphs
+                     : strcmp(a, "--no-stream-prefill") == 0 ? &o->stream_prefill
+                     : strcmp(a, "--handoff-flags") == 0     ? &o->handoff_flags
+                     : strcmp(a, "--hybrid-only") == 0       ? &o->hybrid_only
+                                                             : NULL;
+        if (flag != NULL) {
+            *flag = flag == &o->handoff_flags || flag == &o->hybrid_only;
             continue;
         }
         if (v == NULL)
@@ -191,12 +328,18 @@ static int parse(int argc, char **argv, cuda_opts *o)
             o->reps = atoi(v);
         else if (strcmp(a, "--split") == 0)
             o->split = atoi(v);
+        else if (strcmp(a, "--hybrid") == 0)
+            o->n_fractions = parse_fractions(v, o->fraction);
+        else if (strcmp(a, "--cpu-threads") == 0)
+            o->cpu_threads = atoi(v);
+        else if (strcmp(a, "--admit") == 0)
+            o->admit_mib = atof(v);
         else
             return 2;
         i++;
     }
     if (o->model == NULL || o->prompt < 0 || o->gen < 0 || o->reps < 1 || o->reps > MAX_REPS || o->split < 0 ||
-        o->prompt + o->gen == 0)
+        o->prompt + o->gen == 0 || o->n_fractions < 0 || o->cpu_threads < 0 || o->admit_mib < 0)
         return 2;
     return 0;
 }
@@ -205,7 +348,9 @@ int bench_cuda(int argc, char **argv)
 {
     cuda_opts o;
     if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: hydra-bench --cuda -m FILE [-p N] [-n N] [-r REPS] [--no-graphs] [--split N]\n");
+        fprintf(stderr, "usage: hydra-bench --cuda -m FILE [-p N] [-n N] [-r REPS] [--no-graphs] [--split N]\n"
+                        "       [--hybrid F1,F2,.. [--cpu-threads N] [--admit MIB] [--no-stream-prefill] "
+                        "[--handoff-flags] [--hybrid-only]]\n");
         return 2;
     }
     double probe = 0;
@@ -247,11 +392,15 @@ int bench_cuda(int argc, char **argv)
         random_tokens(tokens, n_tok, n_vocab);
     const double gib = (double)hydra_model_n_bytes(m) / (1024.0 * 1024.0 * 1024.0);
     const double params_b = (double)hydra_model_n_params(m) / 1e9;
-    if (rc == 0 && o.prompt > 0 && !run_test(s, tokens, o.prompt, false, &o, desc, gib, params_b, tok_bytes, probe))
+    const bool plain = !(o.hybrid_only && o.n_fractions > 0);
+    if (rc == 0 && plain && o.prompt > 0 &&
+        !run_test(s, tokens, o.prompt, false, &o, desc, gib, params_b, tok_bytes, probe))
         rc = 1;
-    if (rc == 0 && o.gen > 0 && !run_test(s, tokens, o.gen, true, &o, desc, gib, params_b, tok_bytes, probe))
+    if (rc == 0 && plain && o.gen > 0 && !run_test(s, tokens, o.gen, true, &o, desc, gib, params_b, tok_bytes, probe))
         rc = 1;
     hydra_session_free(s);
+    if (rc == 0 && o.n_fractions > 0)
+        rc = bench_hybrid(m, &o, tokens);
     if (rc == 0 && o.split > 0)
         rc = kernel_split(m, &o);
     weights_free(&w);

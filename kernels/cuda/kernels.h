@@ -177,6 +177,53 @@ int gk_moe_max_tiles(int n_routes, int n_expert);
 int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
                    int n_used, int64_t n_embd, float *x, const gk_norm_out *norm);
 
+/* --- hybrid.cu: one MoE layer split between the VRAM slab (hits) and the
+ * CPU (misses), issue 10.  Pointers marked "mapped" are device addresses of
+ * pinned host memory. */
+typedef struct gk_hy_split_args {
+    const gk_route *routes;      /* n_tok * n_used, from gk_moe_topk */
+    int n_tok, n_used;
+    const int32_t *slot_of;      /* this layer's device slot table: expert -> slot, or < 0 */
+    gk_route *hits;              /* every route in place, misses with expert -1 */
+    int32_t *n_miss_dev;         /* the miss count, device */
+    uint32_t *counts;            /* lookups per expert of this layer (device), or NULL */
+    gk_route *miss;              /* mapped: the misses, compacted in route order */
+    int32_t *n_miss_host;        /* mapped */
+    const float *xn;             /* the layer's normed rows (n_tok x n_embd) ... */
+    int64_t n_embd;
+    float *x_host;               /* ... copied here (mapped) when there is a miss */
+    unsigned long long *stamp;   /* mapped: the GPU clock (ns) when done, or NULL */
+    /* The flag hand-off (NULL seq: host nodes instead): the layer and a new
+     * request number go to mapped memory, the number also to seq. */
+    uint32_t *seq;               /* device */
+    uint32_t *req_host;          /* mapped */
+    int32_t *layer_host;         /* mapped */
+    int layer;
+} gk_hy_split_args;
+int gk_hy_split(gpuStream_t s, const gk_hy_split_args *a);
+
+typedef struct gk_hy_combine_args {
+    const gk_route *hits;        /* from gk_hy_split */
+    const float *y;              /* one output row per route (the routed down matvec's) */
+    const float *part;           /* mapped: the CPU's partial sums, n_tok x n_embd */
+    const int32_t *n_miss;       /* device: part is added only when > 0 */
+    int n_tok, n_used;
+    int64_t n_embd;
+    float *x;
+    unsigned long long *stamp;   /* mapped: the GPU clock when the combine starts, or NULL */
+} gk_hy_combine_args;
+/* x[t] += hits in rank order, then part[t]; then, with norm, the next
+ * layer's input as gk_moe_combine writes it. */
+int gk_hy_combine(gpuStream_t s, const gk_hy_combine_args *c, const gk_norm_out *norm);
+/* counts[routes[r].expert] += 1 for r < n_routes. */
+int gk_hy_count(gpuStream_t s, const gk_route *routes, int n_routes, uint32_t *counts);
+int gk_hy_stamp(gpuStream_t s, unsigned long long *stamp);
+/* Waits (one thread) until the mapped done_host reaches *seq, the CPU's
+ * reply to the request of gk_hy_split; after timeout_ns it gives up and
+ * sets *err_host (mapped), so a missing reply cannot hang the device. */
+int gk_hy_wait(gpuStream_t s, const uint32_t *seq, const uint32_t *done_host, int32_t *err_host,
+               unsigned long long timeout_ns);
+
 /* --- ops.cu */
 
 int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x);

@@ -32,6 +32,13 @@ struct mv_place {
     int n_tok;
 };
 
+/* A route with expert -1 is a hybrid miss (hybrid.cu): the CPU computes
+ * it, this block has nothing to do. */
+static inline __device__ bool mv_skipped(const gk_rows &rows)
+{
+    return rows.routes != NULL && rows.routes[blockIdx.y].expert < 0;
+}
+
 static inline __device__ mv_place mv_where(const gk_mat &w, const gk_mat &w2, const gk_rows &rows, bool glu)
 {
     mv_place p;
@@ -79,6 +86,8 @@ template <int T, bool GLU, int NT>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
 {
     gpu_pdl_wait();
+    if (mv_skipped(job.rows))
+        return;
     const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
@@ -165,6 +174,8 @@ template <int T, bool GLU>
 __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 {
     gpu_pdl_wait();
+    if (mv_skipped(job.rows))
+        return;
     const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];

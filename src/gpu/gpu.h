@@ -48,6 +48,15 @@ typedef struct gpu_options {
     uint32_t kv_type; /* QT_F16 or QT_F32 */
     bool graphs;      /* capture steps as CUDA graphs and replay them */
     bool profile;     /* time every op with events (graphs off) */
+    /* Hybrid decode (issue 10, docs/HYBRID.md): the routed experts live in
+     * a VRAM slab of whole experts, the CPU computes the others. */
+    bool hybrid;
+    double slab_fraction;            /* share of each MoE layer's experts resident, 0..1 */
+    int cpu_threads;                 /* threads of the CPU pass (>= 1) */
+    uint64_t admit_bytes_per_token;  /* bus budget of admissions per token of a step; 0: static slab */
+    bool stream_prefill;             /* prefill reads missed experts from a pinned host copy of the stacks */
+    bool handoff_flags;              /* CPU side: a spinning thread on mapped flags, not graph host nodes */
+    bool verbose;
 } gpu_options;
 
 hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o);
@@ -63,6 +72,24 @@ typedef struct gpu_stats {
     int graphs_cached;
 } gpu_stats;
 void gpu_session_stats(const gpu_session *g, gpu_stats *out);
+
+/* Hybrid decode's counters (all zero, engaged false, for a session that is
+ * not hybrid).  lookups/hits: routes of decode steps (one token), k per
+ * token; h2d_bytes: weights and tables copied host->device during decode
+ * steps (0 with a static slab); times in ns summed over MoE layers and
+ * decode steps (layer_steps of them); hand-off: per MoE layer, the
+ * combine's start minus the split's end less the CPU pass, over the
+ * recorded samples. */
+typedef struct gpu_hybrid_counters {
+    bool engaged, registered;
+    uint64_t decode_tokens, lookups, hits, resident, slab_bytes;
+    uint64_t h2d_bytes, admit_bytes, table_bytes, admissions, table_version, unsafe_replays;
+    uint64_t handoff_p50_ns, handoff_p99_ns;
+    uint64_t cpu_ns, hit_ns, exposed_ns, layer_steps;
+    double register_ms;
+} gpu_hybrid_counters;
+void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out);
+void gpu_hybrid_counters_reset(gpu_session *g);
 
 /* Profile (o->profile): milliseconds per op class summed over the steps
  * since the last reset, as "name ms" lines into buf. */

@@ -232,8 +232,9 @@ static gk_gating gating_of(const model_weights *w)
                        .scale = w->hp.expert_weights_scale};
 }
 
-/* Decode: one matvec launch per matrix over every route. */
-static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
+/* Decode: one matvec launch per matrix over every route (routes with
+ * expert -1, the hybrid split's misses, are skipped by the kernels). */
+hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
     const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
@@ -241,7 +242,7 @@ static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
     if (reads_8bit(gate) || reads_8bit(up))
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
-    const gk_rows by_token = {.routes = g->routes, .n_routes = n_routes, .act_by_token = true};
+    const gk_rows by_token = {.routes = routes, .n_routes = n_routes, .act_by_token = true};
     if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
         const gk_out o = {.y = g->h.f, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, up, &xa, &by_token, &o), "experts gate/up");
@@ -249,17 +250,17 @@ static hydra_status experts_routed(gpu_session *g, int l, int n_routes)
         const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, NULL, &xa, &by_token, &og), "experts gate");
         TRY(gk_matvec(g->stream, up, NULL, &xa, &by_token, &ou), "experts up");
-        TRY_ST(gpu_ffn_activate(g, l, true, g->routes, NULL, n_routes, ff));
+        TRY_ST(gpu_ffn_activate(g, l, true, routes, NULL, n_routes, ff));
     }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
     if (reads_8bit(down))
         TRY_ST(act_quantize(g, &g->h));
     const gk_act ha = act_view(&g->h, 0);
-    const gk_rows by_route = {.routes = g->routes, .n_routes = n_routes, .act_by_token = false};
+    const gk_rows by_route = {.routes = routes, .n_routes = n_routes, .act_by_token = false};
     const gk_out oy = {.y = g->y, .y_stride = embd};
     TRY(gk_matvec(g->stream, down, NULL, &ha, &by_route, &oy), "experts down");
-    TRY_ST(gpu_expert_down_bias(g, l, g->routes, NULL, n_routes));
+    TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
     gpu_prof_mark(g, OP_EXP_DOWN);
     return HYDRA_OK;
 }
@@ -289,19 +290,32 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
     return HYDRA_OK;
 }
 
-static hydra_status moe(gpu_session *g, int l, int n)
+/* Every route's expert, then each token's weighted sum added to x (and,
+ * with next, the next layer's input norm). */
+hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *next)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int n_routes = n * gating.n_used;
+    const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
+                         gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
+    TRY_ST(grouped ? experts_grouped(g, l, n_routes) : gpu_experts_routed(g, l, g->routes, n_routes));
+    TRY(gk_moe_combine(g->stream, g->routes, grouped ? g->slot_of : NULL, g->y, n, gating.n_used,
+                       g->w->hp.n_embd, g->x, next),
+        "combine");
+    gpu_prof_mark(g, OP_COMBINE);
+    return HYDRA_OK;
+}
+
+static hydra_status moe(gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_gating gating = gating_of(g->w);
     const int64_t embd = g->w->hp.n_embd;
     TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert,
                   gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS)), false, OP_ROUTER));
     TRY_ST(gpu_route_select(g, l, &gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
     gpu_prof_mark(g, OP_TOPK);
-    const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
-                         gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
-    TRY_ST(grouped ? experts_grouped(g, l, n_routes) : experts_routed(g, l, n_routes));
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
@@ -310,10 +324,10 @@ static hydra_status moe(gpu_session *g, int l, int n)
     const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
                               .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
                               .meta = q8 ? g->xn.meta : NULL};
-    TRY(gk_moe_combine(g->stream, g->routes, grouped ? g->slot_of : NULL, g->y, n, gating.n_used, embd, g->x,
-                       ends ? &next : NULL),
-        "combine");
-    gpu_prof_mark(g, OP_COMBINE);
+    if (g->hy != NULL) /* the hybrid split: slab hits here, misses on the CPU (gpu_hybrid.c) */
+        TRY_ST(gpu_hybrid_experts(g, l, n, ends ? &next : NULL));
+    else
+        TRY_ST(gpu_moe_experts(g, l, n, ends ? &next : NULL));
     if (ends) {
         act_bind(&g->xn, embd, n);
         g->xn.q_ready = q8;

@@ -41,8 +41,9 @@ typedef struct gpu_weights {
 } gpu_weights;
 
 /* Checks that the kernels can run every bound tensor, then copies them into
- * one device allocation. */
-hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w);
+ * one device allocation.  skip_experts (hybrid): the routed expert stacks
+ * stay on the host; their gk_mat keeps shape and type, data NULL. */
+hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts);
 void gpu_weights_free(gpu_weights *gw);
 
 static inline const gk_mat *gw_at(const gpu_weights *gw, int layer, arch_role role)
@@ -130,6 +131,8 @@ struct gpu_session {
     int32_t *h_tokens;
     float *h_logits;           /* one row */
 
+    struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid.c */
+
     graph_entry graphs[GRAPH_CACHE];
     int n_graphs, next_evict;
     gpu_stats stats;
@@ -144,6 +147,26 @@ struct gpu_session {
 /* --- the step (gpu_forward.c): enqueues every kernel of one step on the
  * session's stream; reads token ids and pos0 from device memory. */
 hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh);
+
+/* --- MoE experts (gpu_forward.c): every route's expert and the combine
+ * into x (next: the next layer's input norm, or NULL); the routed matvecs
+ * alone over a list of routes (expert -1: skipped). */
+hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *next);
+hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes);
+
+/* --- hybrid decode (gpu_hybrid.c): the slab, the split of each MoE layer
+ * between it and the CPU, admissions between steps. */
+typedef struct gpu_hybrid gpu_hybrid;
+hydra_status gpu_hybrid_create(gpu_session *g); /* after the weights, KV cache and scratch */
+void gpu_hybrid_free(gpu_session *g);
+/* Replaces gpu_moe_experts for layer l when the session is hybrid. */
+hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out *next);
+/* Around a step: before its launch (landed admissions into the tables),
+ * before its final synchronisation (counts back), after it (counters,
+ * admission decisions and their copies). */
+hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n);
+hydra_status gpu_hybrid_enqueue_tail(gpu_session *g);
+hydra_status gpu_hybrid_end_step(gpu_session *g);
 
 /* --- graph cache (gpu_graph.c): runs the step of this shape, capturing it
  * on first use, replaying it after. */

@@ -67,6 +67,17 @@ void gpu_session_stats(const gpu_session *g, gpu_stats *out)
     *out = (gpu_stats){0};
 }
 
+void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out)
+{
+    (void)g;
+    *out = (gpu_hybrid_counters){0};
+}
+
+void gpu_hybrid_counters_reset(gpu_session *g)
+{
+    (void)g;
+}
+
 void gpu_profile_describe(const gpu_session *g, char *buf, size_t cap)
 {
     (void)g;

@@ -193,7 +193,7 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
     gpuError_t e = gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking);
     st = e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "creating a stream");
     if (st == HYDRA_OK)
-        st = gpu_weights_upload(&g->gw, w);
+        st = gpu_weights_upload(&g->gw, w, g->o.hybrid);
     if (st == HYDRA_OK)
         st = alloc_kv(g);
     if (st == HYDRA_OK)
@@ -202,6 +202,8 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
         st = gpu_mla_init(g);
     if (st == HYDRA_OK && g->o.profile)
         st = create_events(g);
+    if (st == HYDRA_OK && g->o.hybrid)
+        st = gpu_hybrid_create(g);
     if (st != HYDRA_OK) {
         gpu_session_free(g);
         return st;
@@ -217,6 +219,7 @@ void gpu_session_free(gpu_session *g)
     if (g->stream != NULL)
         gpuStreamSynchronize(g->stream);
     gpu_graph_free_all(g);
+    gpu_hybrid_free(g);
     if (g->events != NULL)
         for (int i = 0; i < PROF_MAX_EVENTS; i++)
             if (g->events[i] != NULL)
@@ -265,7 +268,11 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
     const step_shape sh = {.n_tok = n, .max_kv = context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
     g->n_ev = 0;
     gpu_prof_mark(g, OP_COUNT);
-    hydra_status st = g->o.graphs ? gpu_graph_run(g, &sh) : gpu_enqueue_step(g, &sh);
+    hydra_status st = g->hy != NULL ? gpu_hybrid_begin_step(g, n) : HYDRA_OK;
+    if (st == HYDRA_OK)
+        st = g->o.graphs ? gpu_graph_run(g, &sh) : gpu_enqueue_step(g, &sh);
+    if (st == HYDRA_OK && g->hy != NULL)
+        st = gpu_hybrid_enqueue_tail(g);
     if (st != HYDRA_OK) {
         gpuStreamSynchronize(g->stream);
         return st;
@@ -283,7 +290,7 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
     if (g->o.profile)
         profile_collect(g);
     g->stats.steps++;
-    return HYDRA_OK;
+    return g->hy != NULL ? gpu_hybrid_end_step(g) : HYDRA_OK;
 }
 
 void gpu_session_stats(const gpu_session *g, gpu_stats *out)

@@ -77,9 +77,17 @@ typedef struct layout {
     placed *p;
     int n;
     size_t total;
-    size_t *offset_of; /* per visited tensor, in visit order */
+    size_t *offset_of; /* per visited tensor, in visit order; NOT_PLACED: stays on the host */
     int n_visited;
+    bool skip_experts;
 } layout;
+
+static const size_t NOT_PLACED = (size_t)-1;
+
+static bool routed_expert(arch_role role)
+{
+    return role == W_MOE_GATE || role == W_MOE_UP || role == W_MOE_DOWN;
+}
 
 static hydra_status plan_one(void *ctx, const wtensor *t, arch_role role, int layer, gk_mat *dst)
 {
@@ -87,7 +95,8 @@ static hydra_status plan_one(void *ctx, const wtensor *t, arch_role role, int la
     layout *lo = ctx;
     hydra_status st = check_tensor(t, role, layer);
     if (st == HYDRA_OK)
-        lo->offset_of[lo->n_visited++] = place(lo->p, &lo->n, &lo->total, t);
+        lo->offset_of[lo->n_visited++] = lo->skip_experts && routed_expert(role) ? NOT_PLACED
+                                                                                 : place(lo->p, &lo->n, &lo->total, t);
     return st;
 }
 
@@ -104,6 +113,10 @@ static hydra_status copy_one(void *ctx, const wtensor *t, arch_role role, int la
     (void)layer;
     copier *c = ctx;
     const size_t off = c->lo->offset_of[c->i++];
+    if (off == NOT_PLACED) { /* the hybrid slab (gpu_hybrid.c) holds what the device gets of it */
+        *dst = mat_of(t, NULL);
+        return HYDRA_OK;
+    }
     uint8_t *dev = (uint8_t *)c->gw->base + off;
     *dst = mat_of(t, dev);
     for (int k = 0; k < c->lo->n; k++)
@@ -116,13 +129,14 @@ static hydra_status copy_one(void *ctx, const wtensor *t, arch_role role, int la
     return HYDRA_OK;
 }
 
-hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w)
+hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts)
 {
     memset(gw, 0, sizeof *gw);
     const size_t max_tensors = (size_t)W_COUNT * (w->hp.n_layer + 1);
     gw->n_layer = (int)w->hp.n_layer;
     gw->layer = calloc((size_t)w->hp.n_layer * W_COUNT, sizeof *gw->layer);
-    layout lo = {.p = calloc(max_tensors, sizeof *lo.p), .offset_of = calloc(max_tensors, sizeof(size_t))};
+    layout lo = {.p = calloc(max_tensors, sizeof *lo.p), .offset_of = calloc(max_tensors, sizeof(size_t)),
+                 .skip_experts = skip_experts};
     bool *copied = calloc(max_tensors, sizeof(bool));
     hydra_status st = HYDRA_OK;
     if (gw->layer == NULL || lo.p == NULL || lo.offset_of == NULL || copied == NULL)
