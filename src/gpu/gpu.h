@@ -90,6 +90,12 @@ typedef struct gpu_hybrid_counters {
 } gpu_hybrid_counters;
 void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out);
 void gpu_hybrid_counters_reset(gpu_session *g);
+/* The split state (src/hybrid.h) the CUDA side keeps: slot tables and the
+ * per-layer counters (lookups, hits, hit/miss/overlap time, hand-off
+ * rings), for hydra_session_hybrid_stats and --stats; NULL when the
+ * session is not hybrid. */
+struct hybrid_state;
+const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g);
 
 /* Profile (o->profile): milliseconds per op class summed over the steps
  * since the last reset, as "name ms" lines into buf. */

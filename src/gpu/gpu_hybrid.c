@@ -909,6 +909,11 @@ void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out)
     handoff_quantiles(hy, out);
 }
 
+const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g)
+{
+    return g->hy != NULL ? &g->hy->st : NULL;
+}
+
 void gpu_hybrid_counters_reset(gpu_session *g)
 {
     gpu_hybrid *hy = g->hy;

@@ -78,6 +78,12 @@ void gpu_hybrid_counters_reset(gpu_session *g)
     (void)g;
 }
 
+const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g)
+{
+    (void)g;
+    return NULL;
+}
+
 void gpu_profile_describe(const gpu_session *g, char *buf, size_t cap)
 {
     (void)g;
