@@ -551,7 +551,8 @@ TEST(cuda_op_clamped_swiglu_with_expert_biases_matches_cpu)
     REQUIRE_GPU();
     uint64_t seed = 0x0A1ull;
     float *g = random_floats(&seed, GLU_ROWS * GLU_FF, 12.0f), *u = random_floats(&seed, GLU_ROWS * GLU_FF, 12.0f);
-    float *gb = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f), *ub = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f);
+    float *gb = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f);
+    float *ub = random_floats(&seed, GLU_EXPERTS * GLU_FF, 2.0f);
     float h[GLU_ROWS * GLU_FF], want[GLU_ROWS * GLU_FF];
     int32_t experts[GLU_ROWS];
     CHECK(g && u && gb && ub);
@@ -613,4 +614,84 @@ TEST(cuda_op_gated_residual_add_matches_cpu)
     CHECK_CLOSE(x, want, CB_TOK * CB_N, 1e-6, 1e-5);
     free(y);
     free(x);
+}
+
+/* --- MLA's cache rows and query split (mla.cu) against model/mla.c's
+ * steps: op_rmsnorm of the latent, op_rope of the shared key and of each
+ * head's rope part (normal pairing, YaRN as deepseek2 sets it). */
+
+enum { MLA_HEADS = 4, MLA_NOPE = 32, MLA_ROT = 16, MLA_LORA = 64, MLA_TOK = 3, MLA_POS0 = 21 };
+enum { MLA_ROW = MLA_LORA + MLA_ROT, MLA_DK = MLA_NOPE + MLA_ROT };
+
+TEST(cuda_op_mla_cache_rows_and_query_split_match_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0x31A0ull;
+    float *latent = random_floats(&seed, MLA_TOK * MLA_ROW, 2.0f), *norm = random_floats(&seed, MLA_LORA, 1.0f);
+    float *q = random_floats(&seed, MLA_TOK * MLA_HEADS * MLA_DK, 1.0f);
+    static float cache[(MLA_POS0 + MLA_TOK) * MLA_ROW], nope[MLA_TOK * MLA_HEADS * MLA_NOPE],
+        q_lat[MLA_TOK * MLA_HEADS * MLA_ROW];
+    CHECK(latent && norm && q);
+    rope_params p = op_rope_plain(MLA_ROT, 1e4f);
+    p.freq_scale = 0.25f;
+    p.ext_factor = 1.0f;
+    p.attn_factor = 1.0f / (1.0f + 0.1f * logf(4.0f));
+    op_rope_yarn_corr(&p, 4096, 32.0f, 1.0f);
+    const gpu_mla_prep_check c = {.n_head = MLA_HEADS, .nope = MLA_NOPE, .n_rot = MLA_ROT, .kv_lora = MLA_LORA,
+                             .n_tok = MLA_TOK, .pos0 = MLA_POS0, .eps = 1e-6f, .neox = false, .rope = p};
+    CHECK_OK(gpu_check_mla_prepare(&c, latent, norm, q, cache, nope, q_lat));
+    for (int t = 0; t < MLA_TOK; t++) {
+        float cs[MLA_ROT], row[MLA_ROW];
+        op_rope_cache_ext(cs, MLA_POS0 + t, &p);
+        memcpy(row, latent + t * MLA_ROW, sizeof row);
+        op_rmsnorm(row, row, norm, MLA_LORA, 1e-6f);
+        op_rope(row + MLA_LORA, cs, MLA_ROT, ROPE_NORMAL);
+        CHECK_CLOSE(cache + (MLA_POS0 + t) * MLA_ROW, row, MLA_ROW, 2e-6, 1e-5);
+        for (int h = 0; h < MLA_HEADS; h++) {
+            const float *qh = q + (t * MLA_HEADS + h) * MLA_DK;
+            const float *lat = q_lat + (t * MLA_HEADS + h) * MLA_ROW;
+            float rot[MLA_ROT];
+            CHECK(memcmp(nope + (t * MLA_HEADS + h) * MLA_NOPE, qh, sizeof(float) * MLA_NOPE) == 0);
+            memcpy(rot, qh + MLA_NOPE, sizeof rot);
+            op_rope(rot, cs, MLA_ROT, ROPE_NORMAL);
+            CHECK_CLOSE(lat + MLA_LORA, rot, MLA_ROT, 2e-6, 1e-5);
+        }
+    }
+    free(latent);
+    free(norm);
+    free(q);
+}
+
+/* --- per-expert output bias: a row's bias is its route's expert's, rows
+ * being routes (decode) or slots of the grouped order (prefill); the
+ * hybrid split's misses (expert -1) get none */
+
+enum { RB_EXPERTS = 6, RB_WIDTH = 40, RB_ROUTES = 10 };
+
+TEST(cuda_op_expert_bias_by_route_and_slot_matches_cpu)
+{
+    REQUIRE_GPU();
+    uint64_t seed = 0xB1A5B1A5ull;
+    float *bias = random_floats(&seed, RB_EXPERTS * RB_WIDTH, 1.0f);
+    float *y0 = random_floats(&seed, RB_ROUTES * RB_WIDTH, 1.0f);
+    const int32_t experts[RB_ROUTES] = {3, 0, 5, -1, 2, 2, 1, 4, 0, 3};
+    int32_t order[RB_ROUTES];
+    float y[RB_ROUTES * RB_WIDTH], want[RB_ROUTES * RB_WIDTH];
+    CHECK(bias && y0);
+    for (int s = 0; s < RB_ROUTES; s++)
+        order[s] = (s * 3) % RB_ROUTES;
+    for (int grouped = 0; grouped < 2; grouped++) {
+        memcpy(y, y0, sizeof y);
+        memcpy(want, y0, sizeof want);
+        CHECK_OK(gpu_check_route_bias(bias, RB_EXPERTS, experts, RB_ROUTES, grouped ? order : NULL, RB_ROUTES,
+                                      RB_WIDTH, y));
+        for (int r = 0; r < RB_ROUTES; r++) {
+            const int e = experts[grouped ? order[r] : r];
+            if (e >= 0)
+                op_axpy(want + r * RB_WIDTH, 1.0f, bias + e * RB_WIDTH, RB_WIDTH);
+        }
+        CHECK_CLOSE(y, want, RB_ROUTES * RB_WIDTH, 0.0, 0.0);
+    }
+    free(bias);
+    free(y0);
 }

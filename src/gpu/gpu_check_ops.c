@@ -316,3 +316,74 @@ hydra_status gpu_check_add_rows(const float *y, const float *gate, int n_tok, in
     const rows_ctx c = {.n_tok = n_tok, .n = n, .gate = gate};
     return run_check(b, CB_COUNT, launch_rows, &c, "residual add check");
 }
+
+/* --- MLA's cache rows and query split */
+
+enum { MB_LAT, MB_NORM, MB_Q, MB_CACHE, MB_NOPE, MB_QLAT, MB_STEP, MB_COUNT };
+
+static int launch_mla(const void *ctx, const dev_buf *b)
+{
+    const gpu_mla_prep_check *c = ctx;
+    const rope_params *p = &c->rope;
+    const gk_mla m = {.latent = b[MB_LAT].dev, .kv_norm = b[MB_NORM].dev, .q = b[MB_Q].dev,
+                      .q_nope = b[MB_NOPE].dev, .q_lat = b[MB_QLAT].dev, .k_cache = b[MB_CACHE].dev,
+                      .kv_f16 = false, .n_head = c->n_head, .nope = c->nope, .n_rot = c->n_rot,
+                      .kv_lora = c->kv_lora, .n_tok = c->n_tok, .eps = c->eps, .neox = c->neox,
+                      .theta_scale = powf(p->base, -2.0f / (float)p->n_rot), .freq_scale = p->freq_scale,
+                      .attn_factor = p->attn_factor, .ext_factor = p->ext_factor, .corr_low = p->corr_low,
+                      .corr_high = p->corr_high};
+    return gk_mla_prepare(0, &m, b[MB_STEP].dev);
+}
+
+hydra_status gpu_check_mla_prepare(const gpu_mla_prep_check *c, const float *latent, const float *kv_norm,
+                                   const float *q, float *cache_rows, float *q_nope, float *q_lat)
+{
+    const int64_t row = (int64_t)c->kv_lora + c->n_rot, heads = (int64_t)c->n_tok * c->n_head;
+    const gk_step step = {.pos0 = c->pos0, .n_tok = c->n_tok};
+    dev_buf b[MB_COUNT] = {
+        [MB_LAT] = {.in = latent, .bytes = fsz(c->n_tok * row)},
+        [MB_NORM] = {.in = kv_norm, .bytes = fsz(c->kv_lora)},
+        [MB_Q] = {.in = q, .bytes = fsz(heads * (c->nope + c->n_rot))},
+        [MB_CACHE] = {.out = cache_rows, .bytes = fsz((c->pos0 + c->n_tok) * row)},
+        [MB_NOPE] = {.out = q_nope, .bytes = fsz(heads * c->nope)},
+        [MB_QLAT] = {.out = q_lat, .bytes = fsz(heads * row)},
+        [MB_STEP] = {.in = &step, .bytes = sizeof step},
+    };
+    return run_check(b, MB_COUNT, launch_mla, c, "MLA preparation check");
+}
+
+/* --- per-route output bias */
+
+enum { BB_BIAS, BB_ROUTES, BB_ORDER, BB_Y, BB_COUNT };
+
+typedef struct bias_ctx {
+    int64_t n_rows, width;
+    bool order;
+} bias_ctx;
+
+static int launch_bias(const void *ctx, const dev_buf *b)
+{
+    const bias_ctx *c = ctx;
+    return gk_route_bias(0, b[BB_Y].dev, c->n_rows, c->width, b[BB_BIAS].dev, b[BB_ROUTES].dev,
+                         c->order ? b[BB_ORDER].dev : NULL);
+}
+
+hydra_status gpu_check_route_bias(const float *bias, int n_expert, const int32_t *experts, int n_routes,
+                                  const int32_t *order, int64_t n_rows, int64_t width, float *y)
+{
+    gk_route *routes = malloc(sizeof *routes * (size_t)(n_routes + 1));
+    if (routes == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "route bias check");
+    for (int r = 0; r < n_routes; r++)
+        routes[r] = (gk_route){.token = r, .expert = experts[r], .weight = 1.0f};
+    dev_buf b[BB_COUNT] = {
+        [BB_BIAS] = {.in = bias, .bytes = fsz((int64_t)n_expert * width)},
+        [BB_ROUTES] = {.in = routes, .bytes = sizeof *routes * (size_t)n_routes},
+        [BB_ORDER] = {.in = order, .bytes = order != NULL ? sizeof(int32_t) * (size_t)n_rows : 0},
+        [BB_Y] = {.in = y, .out = y, .bytes = fsz(n_rows * width)},
+    };
+    const bias_ctx c = {.n_rows = n_rows, .width = width, .order = order != NULL};
+    const hydra_status st = run_check(b, BB_COUNT, launch_bias, &c, "route bias check");
+    free(routes);
+    return st;
+}

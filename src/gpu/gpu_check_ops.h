@@ -79,4 +79,23 @@ hydra_status gpu_check_combine(const float *weights, const float *y, int n_tok, 
 /* gk_add_rows: x[t] += (gate ? sigmoid(gate[t]) : 1) * y[t], in place. */
 hydra_status gpu_check_add_rows(const float *y, const float *gate, int n_tok, int64_t n, float *x);
 
+/* gk_mla_prepare for n_tok tokens at positions pos0 ..: latent rows of
+ * kv_lora + n_rot and queries (n_head heads of nope + n_rot) in; out: the
+ * F32 cache (cache_rows: pos0 + n_tok rows of kv_lora + n_rot, the step's
+ * written), q_nope (n_tok * n_head rows of nope) and q_lat (n_tok * n_head
+ * rows of kv_lora + n_rot, only the n_rot tail written, the rest 0). */
+typedef struct gpu_mla_prep_check {
+    int n_head, nope, n_rot, kv_lora, n_tok, pos0;
+    float eps;
+    bool neox;
+    rope_params rope;
+} gpu_mla_prep_check;
+hydra_status gpu_check_mla_prepare(const gpu_mla_prep_check *c, const float *latent, const float *kv_norm,
+                                   const float *q, float *cache_rows, float *q_nope, float *q_lat);
+
+/* gk_route_bias: y[r] += bias[e] (bias: n_expert rows of width) for n_rows
+ * rows, e = experts[order ? order[r] : r] (n_routes of them; -1: no bias). */
+hydra_status gpu_check_route_bias(const float *bias, int n_expert, const int32_t *experts, int n_routes,
+                                  const int32_t *order, int64_t n_rows, int64_t width, float *y);
+
 #endif

@@ -174,3 +174,17 @@ hydra_status gpu_check_add_rows(const float *y, const float *gate, int n_tok, in
     (void)y, (void)gate, (void)n_tok, (void)n, (void)x;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
+
+hydra_status gpu_check_mla_prepare(const gpu_mla_prep_check *c, const float *latent, const float *kv_norm,
+                                   const float *q, float *cache_rows, float *q_nope, float *q_lat)
+{
+    (void)c, (void)latent, (void)kv_norm, (void)q, (void)cache_rows, (void)q_nope, (void)q_lat;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_route_bias(const float *bias, int n_expert, const int32_t *experts, int n_routes,
+                                  const int32_t *order, int64_t n_rows, int64_t width, float *y)
+{
+    (void)bias, (void)n_expert, (void)experts, (void)n_routes, (void)order, (void)n_rows, (void)width, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
