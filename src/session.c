@@ -122,10 +122,40 @@ static hydra_status check_params(const hydra_session_params *p)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "backend %d: HYDRA_BACKEND_CPU or HYDRA_BACKEND_CUDA", (int)p->backend);
     if (p->hybrid == HYDRA_HYBRID_CPU_SPLIT && p->backend != HYDRA_BACKEND_CPU)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode cpu_split runs on the CPU backend");
-    if (p->hybrid == HYDRA_HYBRID_CUDA)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "hybrid mode cuda: the device side of the split is not built yet");
-    if (p->hybrid != HYDRA_HYBRID_OFF && p->hybrid != HYDRA_HYBRID_CPU_SPLIT)
+    const char *why = NULL;
+    if (p->hybrid == HYDRA_HYBRID_CUDA && !gpu_available(&why))
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "hybrid mode cuda puts the expert slab on a CUDA device: %s", why);
+    if (p->hybrid == HYDRA_HYBRID_CUDA && p->backend != HYDRA_BACKEND_CUDA)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode cuda runs on the CUDA backend (HYDRA_BACKEND_CUDA)");
+    if (p->hybrid != HYDRA_HYBRID_OFF && p->hybrid != HYDRA_HYBRID_CPU_SPLIT && p->hybrid != HYDRA_HYBRID_CUDA)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode %d: off, cpu_split or cuda", (int)p->hybrid);
+    return HYDRA_OK;
+}
+
+/* Hybrid decode on CUDA (docs/HYBRID.md "GPU side"): the initial slab is
+ * the split of the session's parameters (pin file ranking; slots from the
+ * vram_budget placement, the pins or resident_fraction), built here and
+ * copied by the device side, which then keeps its own; it is freed once
+ * the GPU session exists.  The CPU pass gets the explicit n_threads, else
+ * the physical cores less two: one for the thread that waits on the step,
+ * one for the driver (measured on the H200 host, hydra-bench: all cores
+ * busy oversubscribe it).  Admissions may move 8 MiB per token of a step
+ * (a decode step moves at most one expert per layer; a prefill of 512
+ * tokens may re-pin the slab from the prompt's counts). */
+static hydra_status cuda_hybrid_options(hydra_session *s, const hydra_session_params *p, gpu_options *go)
+{
+    hydra_status st = hybrid_setup(&s->hybrid, &s->w, p, go->n_ctx, go->n_batch, go->kv_type);
+    if (st != HYDRA_OK)
+        return st;
+    const int cores_left = physical_cores() - 2;
+    go->hybrid = true;
+    go->slab_fraction = p->resident_fraction;
+    go->slab_init = &s->hybrid;
+    go->cpu_threads = p->n_threads ? p->n_threads : cores_left > 1 ? cores_left : 1;
+    go->admit_bytes_per_token = 8ull << 20;
+    go->stream_prefill = true;
+    go->handoff_flags = true;
+    s->n_threads = go->cpu_threads;
     return HYDRA_OK;
 }
 
@@ -151,8 +181,12 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
     s->n_ctx = n_ctx;
     const uint32_t kv_type = p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16;
     if (st == HYDRA_OK && p.backend == HYDRA_BACKEND_CUDA) {
-        const gpu_options go = {.n_ctx = n_ctx, .n_batch = s->n_batch, .kv_type = kv_type, .graphs = p.cuda_graphs};
-        st = gpu_session_create(&s->gpu, &s->w, &go);
+        gpu_options go = {.n_ctx = n_ctx, .n_batch = s->n_batch, .kv_type = kv_type, .graphs = p.cuda_graphs};
+        if (p.hybrid == HYDRA_HYBRID_CUDA)
+            st = cuda_hybrid_options(s, &p, &go);
+        if (st == HYDRA_OK)
+            st = gpu_session_create(&s->gpu, &s->w, &go);
+        hybrid_free(&s->hybrid); /* the device side keeps its own split */
     } else {
         if (st == HYDRA_OK)
             st = pool_create(&s->pool, s->n_threads);
@@ -161,7 +195,7 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
         if (st == HYDRA_OK)
             st = fwd_init(&s->f, &s->w, s->n_batch, n_ctx, s->n_threads);
     }
-    if (st == HYDRA_OK && p.hybrid != HYDRA_HYBRID_OFF) {
+    if (st == HYDRA_OK && p.hybrid == HYDRA_HYBRID_CPU_SPLIT) {
         st = hybrid_setup(&s->hybrid, &s->w, &p, n_ctx, s->n_batch, kv_type);
         s->f.hybrid = st == HYDRA_OK ? &s->hybrid : NULL;
     }
@@ -343,11 +377,19 @@ HYDRA_API hydra_status hydra_session_state_read(hydra_session *s, hydra_state_re
     return HYDRA_OK;
 }
 
+/* The split whose counters a session reports: the device side's on CUDA
+ * (NULL when not hybrid: the session's own zeroed state, mode off). */
+static const hybrid_state *split_of(const hydra_session *s)
+{
+    const hybrid_state *dev = s->gpu != NULL ? gpu_hybrid_split_state(s->gpu) : NULL;
+    return dev != NULL ? dev : &s->hybrid;
+}
+
 HYDRA_API hydra_status hydra_session_hybrid_stats(const hydra_session *s, hydra_hybrid_stats *out)
 {
     if (s == NULL || out == NULL)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_hybrid_stats: a session and out are required");
-    hybrid_public_stats(&s->hybrid, out);
+    hybrid_public_stats(split_of(s), out);
     return HYDRA_OK;
 }
 
@@ -358,13 +400,15 @@ HYDRA_API hydra_status hydra_session_hybrid_layer_stats(const hydra_session *s, 
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_hybrid_layer_stats: a session and out are required");
     if (layer >= s->w.hp.n_layer)
         return hydra_fail(HYDRA_ERR_RANGE, "layer %u: the model has %u", layer, s->w.hp.n_layer);
-    hybrid_public_layer_stats(&s->hybrid, layer, out);
+    hybrid_public_layer_stats(split_of(s), layer, out);
     return HYDRA_OK;
 }
 
 HYDRA_API void hydra_session_hybrid_reset_stats(hydra_session *s)
 {
-    if (s != NULL)
+    if (s != NULL && s->gpu != NULL)
+        gpu_hybrid_counters_reset(s->gpu);
+    else if (s != NULL)
         hybrid_reset_stats(&s->hybrid);
 }
 

@@ -8,14 +8,22 @@
  * moves no bytes host->device per decoded token and its decode graph is
  * captured once; an engaged run shows hits, misses, hand-off samples and
  * no replay against a slot being rewritten; open/close gives the memory
- * back.  Skips without a CUDA device.
+ * back.  Through the public API (hydra_session_create with
+ * HYDRA_HYBRID_CUDA): decode logits vs the all-GPU session, the counters
+ * of hydra_session_hybrid_stats, slots from a pin file and from a
+ * vram_budget placement, hydra-run --hybrid cuda --stats.  Skips without a
+ * CUDA device, except the refusal of HYDRA_HYBRID_CUDA by a build or
+ * machine without one.
  */
 #include "gpu/gpu.h"
 #include "hydra.h"
+#include "placement.h"
 #include "quant.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,4 +319,245 @@ TEST(cuda_hybrid_open_close_returns_memory)
                      gpu_purpose_name((gpu_purpose)p));
     }
     close_case(&c);
+}
+
+/* --- through the public API */
+
+static const char *const API_MODEL = "qwen3moe-kq-q4_k_m";
+
+static hydra_model *open_public(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    hydra_model *m = NULL;
+    return hydra_model_open(&m, &mp) == HYDRA_OK ? m : NULL;
+}
+
+static hydra_session_params cuda_params(hydra_hybrid_mode hybrid)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 512;
+    p.n_batch = 256;
+    p.n_threads = 2;
+    p.backend = HYDRA_BACKEND_CUDA;
+    p.hybrid = hybrid;
+    return p;
+}
+
+TEST(hybrid_cuda_session_refused_without_a_device)
+{
+    if (hydra_cuda_available())
+        SKIP("a CUDA device is present (cuda_hybrid_session_* run instead)");
+    REQUIRE_SHARED();
+    hydra_model *m = open_public(API_MODEL);
+    if (m == NULL)
+        FAIL("%s: %s", API_MODEL, hydra_last_error());
+    for (int b = 0; b < 2; b++) {
+        hydra_session_params p = cuda_params(HYDRA_HYBRID_CUDA);
+        p.backend = b ? HYDRA_BACKEND_CUDA : HYDRA_BACKEND_CPU;
+        hydra_session *s = NULL;
+        CHECK_EQ_INT(hydra_session_create(&s, m, &p), HYDRA_ERR_UNSUPPORTED);
+        CHECK(s == NULL);
+        const char *msg = hydra_last_error();
+        if (strstr(msg, "hybrid mode cuda") == NULL || strstr(msg, "CUDA device") == NULL)
+            FAIL("backend %d: unclear refusal: %s", b, msg);
+    }
+    hydra_model_close(m);
+    char path[512], args[1200];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), API_MODEL);
+    snprintf(args, sizeof args, "-c 128 -n 4 --hybrid cuda --stats -p Hello -m %s", path);
+    tool_run r;
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
+    const bool ok = r.status != 0 && r.err != NULL && strstr(r.err, "hybrid mode cuda") != NULL;
+    if (!ok)
+        printf("%s", r.err ? r.err : "");
+    tool_run_free(&r);
+    CHECK(ok);
+}
+
+/* The prompt in one batch, then DECODE_TOKENS tokens one by one: ids[i]
+ * when given (feed), else the greedy choice, written to ids.  rows: the
+ * logits of every decode step. */
+static hydra_status api_decode(hydra_model *m, const hydra_session_params *p, const ref_case *r, bool feed,
+                               int32_t *ids, float *rows, hydra_hybrid_stats *hs)
+{
+    hydra_session *s = NULL;
+    hydra_status st = hydra_session_create(&s, m, p);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, r->prompt, REF_PROMPT, NULL);
+    for (int i = 0; i < DECODE_TOKENS && st == HYDRA_OK; i++) {
+        if (!feed)
+            ids[i] = ref_argmax(hydra_session_logits(s), r->n_vocab);
+        st = hydra_session_decode(s, ids[i]);
+        if (st == HYDRA_OK)
+            memcpy(rows + (size_t)i * r->n_vocab, hydra_session_logits(s), sizeof(float) * (size_t)r->n_vocab);
+    }
+    if (st == HYDRA_OK && hs != NULL)
+        st = hydra_session_hybrid_stats(s, hs);
+    hydra_session_free(s);
+    return st;
+}
+
+typedef struct api_case {
+    hydra_model *m;
+    ref_case r;
+    int32_t ids[DECODE_TOKENS];
+    float *all_gpu, *rows; /* DECODE_TOKENS rows each */
+} api_case;
+
+static bool api_open(api_case *a, char *why, size_t len)
+{
+    memset(a, 0, sizeof *a);
+    if (!ref_load(API_MODEL, &a->r) || (a->m = open_public(API_MODEL)) == NULL) {
+        snprintf(why, len, "%s: %s", API_MODEL, hydra_last_error());
+        return false;
+    }
+    const size_t n = (size_t)DECODE_TOKENS * a->r.n_vocab;
+    a->all_gpu = malloc(sizeof(float) * n);
+    a->rows = malloc(sizeof(float) * n);
+    const hydra_session_params plain = cuda_params(HYDRA_HYBRID_OFF);
+    if (a->all_gpu == NULL || a->rows == NULL ||
+        api_decode(a->m, &plain, &a->r, false, a->ids, a->all_gpu, NULL) != HYDRA_OK) {
+        snprintf(why, len, "all-GPU session: %s", hydra_last_error());
+        return false;
+    }
+    return true;
+}
+
+static void api_close(api_case *a)
+{
+    free(a->all_gpu);
+    free(a->rows);
+    hydra_model_close(a->m);
+}
+
+/* A hybrid session fed the all-GPU run's tokens, its logits within the
+ * reference's bars of the all-GPU session's. */
+static bool hybrid_matches(api_case *a, const hydra_session_params *p, hydra_hybrid_stats *hs, const char *what)
+{
+    if (api_decode(a->m, p, &a->r, true, a->ids, a->rows, hs) != HYDRA_OK) {
+        printf("  %s: %s\n", what, hydra_last_error());
+        return false;
+    }
+    const ref_score sc = ref_score_rows(a->all_gpu, a->rows, DECODE_TOKENS, a->r.n_vocab);
+    printf("  hybrid session (%s): vs all-GPU KL %.2e top1 %.3f; %llu of %llu experts resident, decode hits %llu of "
+           "%llu, H2D %.0f bytes/token, %llu re-pins\n", what, sc.kl, sc.top1, (unsigned long long)hs->n_resident,
+           (unsigned long long)hs->n_experts, (unsigned long long)hs->hits, (unsigned long long)hs->lookups,
+           hs->h2d_bytes_per_token, (unsigned long long)hs->repins);
+    if (!ref_passes(&a->r, sc)) {
+        printf("  %s: KL %.3g (max %.3g), top-1 %.3f (min %.3f)\n", what, sc.kl, a->r.max_kl_mean, sc.top1,
+               a->r.min_top1);
+        return false;
+    }
+    return true;
+}
+
+TEST(cuda_hybrid_session_api_vs_all_gpu)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    REQUIRE_SHARED();
+    api_case a;
+    char why[600];
+    if (!api_open(&a, why, sizeof why))
+        FAIL("%s", why);
+    hydra_session_params p = cuda_params(HYDRA_HYBRID_CPU_SPLIT);
+    hydra_session *s = NULL;
+    CHECK_EQ_INT(hydra_session_create(&s, a.m, &p), HYDRA_ERR_INVALID_ARG); /* cpu_split runs on the CPU */
+    p = cuda_params(HYDRA_HYBRID_CUDA);
+    p.backend = HYDRA_BACKEND_CPU;
+    CHECK_EQ_INT(hydra_session_create(&s, a.m, &p), HYDRA_ERR_INVALID_ARG); /* cuda needs the CUDA backend */
+    p = cuda_params(HYDRA_HYBRID_CUDA);
+    p.resident_fraction = 0.25;
+    hydra_hybrid_stats hs;
+    CHECK(hybrid_matches(&a, &p, &hs, "25% resident"));
+    CHECK_EQ_INT(hs.mode, HYDRA_HYBRID_CUDA);
+    CHECK_EQ_INT(hs.decode_tokens, DECODE_TOKENS);
+    CHECK(hs.n_slots > 0 && hs.n_slots < hs.n_experts);
+    CHECK(hs.lookups > 0 && hs.hits > 0 && hs.hits < hs.lookups);
+    CHECK(hs.prefill_lookups > 0);
+    CHECK(hs.miss_ns > 0);
+    api_close(&a);
+}
+
+/* The layer counters, the reset, and hydra-run --hybrid cuda --stats. */
+TEST(cuda_hybrid_session_layer_counters_and_cli)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    REQUIRE_SHARED();
+    hydra_model *m = open_public(API_MODEL);
+    if (m == NULL)
+        FAIL("%s: %s", API_MODEL, hydra_last_error());
+    hydra_session_params p = cuda_params(HYDRA_HYBRID_CUDA);
+    hydra_session *s = NULL;
+    CHECK_OK(hydra_session_create(&s, m, &p));
+    static const int32_t prompt[4] = {1, 2, 3, 4};
+    CHECK_OK(hydra_session_eval(s, prompt, 4, NULL));
+    for (int i = 0; i < 8; i++)
+        CHECK_OK(hydra_session_decode(s, prompt[i % 4]));
+    hydra_hybrid_layer_stats ls;
+    CHECK_OK(hydra_session_hybrid_layer_stats(s, 0, &ls));
+    CHECK(ls.moe && ls.lookups > 0 && ls.n_handoff > 0 && ls.handoff_p50_ns > 0);
+    hydra_session_hybrid_reset_stats(s);
+    hydra_hybrid_stats hs;
+    CHECK_OK(hydra_session_hybrid_stats(s, &hs));
+    CHECK_EQ_INT(hs.lookups, 0);
+    CHECK_EQ_INT(hs.decode_tokens, 0);
+    hydra_session_free(s);
+    hydra_model_close(m);
+    char path[512], args[1200];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), API_MODEL);
+    snprintf(args, sizeof args, "-c 128 -t 2 -n 6 -s 1 --hybrid cuda --resident 0.5 --stats -p Hello -m %s", path);
+    tool_run r;
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
+    const bool ok = r.status == 0 && r.err != NULL && strstr(r.err, "hybrid: 8 of 16 experts resident") != NULL &&
+                    strstr(r.err, "decode hit rate") != NULL && strstr(r.err, "layer 1:") != NULL;
+    if (!ok)
+        printf("%s%s", r.out ? r.out : "", r.err ? r.err : "");
+    tool_run_free(&r);
+    CHECK(ok);
+}
+
+/* A pin file sets each layer's slots (its pins) and fills them; a
+ * vram_budget sets them by placement_make's plan. */
+TEST(cuda_hybrid_session_pin_file_and_budget)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    REQUIRE_SHARED();
+    api_case a;
+    char why[600];
+    if (!api_open(&a, why, sizeof why))
+        FAIL("%s", why);
+    const char *pins = util_scratch_path("cuda-hybrid-pins.txt");
+    const char *text = "0 3 40\n0 1 30\n1 5 50\n1 6 50\n1 2 7\n";
+    CHECK(util_write_file(pins, text, strlen(text)) == 0);
+    hydra_session_params p = cuda_params(HYDRA_HYBRID_CUDA);
+    p.pin_file = pins;
+    hydra_hybrid_stats hs;
+    CHECK(hybrid_matches(&a, &p, &hs, "pin file"));
+    CHECK_EQ_INT(hs.n_slots, 5); /* 2 in layer 0, 3 in layer 1 */
+    CHECK_EQ_INT(hs.n_resident, 5);
+
+    /* the budget: the fixed part plus half the expert bytes */
+    model_weights w;
+    CHECK_OK(weights_bind(&w, a.m));
+    placement_input in = {.w = &w, .budget = 1ull << 40, .n_ctx = p.n_ctx, .n_batch = p.n_batch, .kv_type = QT_F16};
+    placement_plan plan = {0};
+    CHECK_OK(placement_make(&plan, &in));
+    in.budget = plan.nonexpert_bytes + plan.shared_bytes + plan.kv_bytes + plan.scratch_bytes + plan.expert_bytes / 2;
+    placement_free(&plan);
+    CHECK_OK(placement_make(&plan, &in));
+    const int32_t planned = plan.n_slots_total;
+    placement_free(&plan);
+    weights_free(&w);
+    p = cuda_params(HYDRA_HYBRID_CUDA);
+    p.vram_budget = in.budget;
+    CHECK(hybrid_matches(&a, &p, &hs, "vram budget"));
+    CHECK_EQ_INT(hs.n_slots, planned);
+    CHECK(planned > 0 && (uint64_t)planned < hs.n_experts);
+    api_close(&a);
 }

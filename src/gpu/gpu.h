@@ -43,6 +43,8 @@ void gpu_mem_describe(char *buf, size_t cap);
 /* --- sessions */
 typedef struct gpu_session gpu_session;
 
+struct hybrid_state;
+
 typedef struct gpu_options {
     int64_t n_ctx, n_batch;
     uint32_t kv_type; /* QT_F16 or QT_F32 */
@@ -56,6 +58,12 @@ typedef struct gpu_options {
     uint64_t admit_bytes_per_token;  /* bus budget of admissions per token of a step; 0: static slab */
     bool stream_prefill;             /* prefill reads missed experts from a pinned host copy of the stacks */
     bool handoff_flags;              /* CPU side: a spinning thread on mapped flags, not graph host nodes */
+    /* The initial slab, when not NULL: each MoE layer's slot count and the
+     * experts in its slots, from a split state built by hybrid_setup (the
+     * session's pin file ranking, vram_budget placement or fraction);
+     * slab_fraction is then unused.  Read by gpu_session_create only (the
+     * session keeps its own copy of the tables). */
+    const struct hybrid_state *slab_init;
     bool verbose;
 } gpu_options;
 
@@ -94,7 +102,6 @@ void gpu_hybrid_counters_reset(gpu_session *g);
  * per-layer counters (lookups, hits, hit/miss/overlap time, hand-off
  * rings), for hydra_session_hybrid_stats and --stats; NULL when the
  * session is not hybrid. */
-struct hybrid_state;
 const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g);
 
 /* Profile (o->profile): milliseconds per op class summed over the steps

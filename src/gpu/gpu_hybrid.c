@@ -235,6 +235,16 @@ static void mirror_expert(gpu_hybrid *hy, int l, int e)
     hy->dirty[l] = true;
 }
 
+/* Host-to-device bytes of a decode step (one token): the counters and the
+ * split state's, which hydra_session_hybrid_stats reports. */
+static void count_h2d(gpu_hybrid *hy, uint64_t bytes)
+{
+    if (hy->step_tok != 1)
+        return;
+    hy->c.h2d_bytes += bytes;
+    hy->st.stats.h2d_bytes += bytes;
+}
+
 /* Uploads the dirty rows of the mirror, in stream order before the next
  * step. */
 static hydra_status upload_tables(gpu_hybrid *hy, gpuStream_t s)
@@ -246,8 +256,7 @@ static hydra_status upload_tables(gpu_hybrid *hy, gpuStream_t s)
         TRY(gpuMemcpyAsync(hy->d_tab + off, hy->h.tab + off, hy->tab_row, gpuMemcpyHostToDevice, s),
             "uploading a slot table");
         hy->c.table_bytes += hy->tab_row;
-        if (hy->step_tok == 1)
-            hy->c.h2d_bytes += hy->tab_row;
+        count_h2d(hy, hy->tab_row);
         hy->dirty[l] = false;
         hy->c.table_version++;
     }
@@ -511,9 +520,74 @@ static hydra_status fill_slab(gpu_session *g, gpu_hybrid *hy)
     }
     TRY_ST(upload_tables(hy, g->stream));
     hy->c.h2d_bytes = 0;
+    hy->st.stats.h2d_bytes = 0;
     hy->c.table_bytes = 0;
     TRY(gpuStreamSynchronize(g->stream), "uploading the slot tables");
     return HYDRA_OK;
+}
+
+/* Layer L's experts in slot order, then the others ascending: an order
+ * whose first n_slots entries hybrid_init puts back into the same slots
+ * (a slot left empty takes the next expert instead). */
+static const int32_t *slab_order(const hybrid_layer *L, int32_t *ids)
+{
+    int n = 0;
+    for (int s = 0; s < L->n_slots; s++)
+        if (L->expert_in[s] >= 0)
+            ids[n++] = L->expert_in[s];
+    for (int e = 0; e < L->n_expert; e++)
+        if (L->slot_of[e] < 0)
+            ids[n++] = e;
+    return ids;
+}
+
+/* The split state: the slot counts and slot contents of o->slab_init
+ * (the session's pin file, placement or fraction), else slab_fraction of
+ * each MoE layer in expert id order. */
+static hydra_status init_split(gpu_hybrid *hy, const gpu_options *o)
+{
+    hybrid_config cfg = {.mode = HYBRID_CUDA, .resident_fraction = o->slab_fraction, .max_rows = o->n_batch,
+                         .count_time = true};
+    const hybrid_state *init = o->slab_init;
+    if (init == NULL)
+        return hybrid_init(&hy->st, hy->w, &cfg);
+    if (init->n_layer != (uint32_t)hy->n_layer)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid: the initial slab has %u layers, the model %d",
+                          init->n_layer, hy->n_layer);
+    const size_t nl = (size_t)hy->n_layer, ne = (size_t)hy->n_expert;
+    int32_t *ids = malloc(sizeof(int32_t) * nl * ne + 1), *n_slots = calloc(nl + 1, sizeof *n_slots);
+    const int32_t **order = calloc(nl + 1, sizeof *order);
+    hydra_status st = ids && n_slots && order ? HYDRA_OK : hydra_fail(HYDRA_ERR_NOMEM, "hybrid: initial slab");
+    for (int l = 0; st == HYDRA_OK && l < hy->n_layer; l++) {
+        const hybrid_layer *L = &init->layer[l];
+        if (!is_moe(hy, l))
+            continue;
+        if (L->n_expert != hy->n_expert)
+            st = hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid: layer %d of the initial slab has %d experts, the "
+                            "model %d", l, L->n_expert, hy->n_expert);
+        else
+            order[l] = slab_order(L, ids + (size_t)l * ne);
+        n_slots[l] = L->n_slots;
+    }
+    cfg.order = order;
+    cfg.n_slots = n_slots;
+    if (st == HYDRA_OK)
+        st = hybrid_init(&hy->st, hy->w, &cfg);
+    free(ids);
+    free(n_slots);
+    free(order);
+    return st;
+}
+
+/* Resident experts over routed experts, all MoE layers. */
+static double resident_share(const gpu_hybrid *hy)
+{
+    uint64_t resident = 0, all = 0;
+    for (int l = 0; l < hy->n_layer; l++) {
+        resident += (uint64_t)hybrid_resident(&hy->st, (uint32_t)l);
+        all += is_moe(hy, l) ? (uint64_t)hy->n_expert : 0;
+    }
+    return all ? (double)resident / (double)all : 0.0;
 }
 
 hydra_status gpu_hybrid_create(gpu_session *g)
@@ -535,10 +609,10 @@ hydra_status gpu_hybrid_create(gpu_session *g)
     hy->n_embd = w->hp.n_embd;
     hy->max_rows = g->o.n_batch;
     hy->max_routes = g->o.n_batch * hy->n_used;
-    const hybrid_config cfg = {.mode = HYBRID_CUDA, .resident_fraction = g->o.slab_fraction,
-                               .max_rows = g->o.n_batch, .count_time = true};
     const int threads = g->o.cpu_threads > 0 ? g->o.cpu_threads : 1;
-    TRY_ST(hybrid_init(&hy->st, w, &cfg));
+    const hydra_status split = init_split(hy, &g->o);
+    g->o.slab_init = hy->o.slab_init = NULL; /* the caller's; not kept past creation */
+    TRY_ST(split);
     TRY_ST(alloc_host(hy));
     TRY_ST(alloc_device(hy));
     TRY_ST(alloc_pinned(hy));
@@ -553,8 +627,8 @@ hydra_status gpu_hybrid_create(gpu_session *g)
         TRY_ST(start_spinner(hy));
     hy->c.registered = hy->registered;
     if (g->o.verbose)
-        fprintf(stderr, "hybrid: slab %.1f MiB (%.0f%% of each MoE layer's experts), expert stacks %s, %d CPU "
-                "threads\n", hy->c.slab_bytes / 1048576.0, 100.0 * g->o.slab_fraction,
+        fprintf(stderr, "hybrid: slab %.1f MiB (%.0f%% of the MoE layers' experts), expert stacks %s, %d CPU "
+                "threads\n", hy->c.slab_bytes / 1048576.0, 100.0 * resident_share(hy),
                 hy->registered ? "pinned (prefill streams misses)" : "not pinned", threads);
     return HYDRA_OK;
 }
@@ -802,8 +876,7 @@ static hydra_status copy_expert(gpu_hybrid *hy, int l, int e, int slot)
         TRY(gpuMemcpyAsync(slot_addr(hy, l, slot) + L->part_off[p], src, L->part_bytes[p], gpuMemcpyHostToDevice,
                            hy->copy),
             "admitting an expert");
-        if (hy->step_tok == 1)
-            hy->c.h2d_bytes += L->part_bytes[p];
+        count_h2d(hy, L->part_bytes[p]);
         hy->c.admit_bytes += L->part_bytes[p];
     }
     return HYDRA_OK;
