@@ -477,7 +477,7 @@ TEST(cuda_hybrid_session_api_vs_all_gpu)
     CHECK_EQ_INT(hs.decode_tokens, DECODE_TOKENS);
     CHECK(hs.n_slots > 0 && hs.n_slots < hs.n_experts);
     CHECK(hs.lookups > 0 && hs.hits > 0 && hs.hits < hs.lookups);
-    CHECK(hs.prefill_lookups > 0);
+    CHECK(hs.prefill_lookups > 0 && hs.prefill_hits < hs.prefill_lookups); /* the streamed prompt's counts */
     CHECK(hs.miss_ns > 0);
     api_close(&a);
 }
@@ -513,7 +513,7 @@ TEST(cuda_hybrid_session_layer_counters_and_cli)
     snprintf(args, sizeof args, "-c 128 -t 2 -n 6 -s 1 --hybrid cuda --resident 0.5 --stats -p Hello -m %s", path);
     tool_run r;
     CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
-    const bool ok = r.status == 0 && r.err != NULL && strstr(r.err, "hybrid: 8 of 16 experts resident") != NULL &&
+    const bool ok = r.status == 0 && r.err != NULL && strstr(r.err, "of 16 experts resident (8 slots") != NULL &&
                     strstr(r.err, "decode hit rate") != NULL && strstr(r.err, "layer 1:") != NULL;
     if (!ok)
         printf("%s%s", r.out ? r.out : "", r.err ? r.err : "");
@@ -540,7 +540,8 @@ TEST(cuda_hybrid_session_pin_file_and_budget)
     hydra_hybrid_stats hs;
     CHECK(hybrid_matches(&a, &p, &hs, "pin file"));
     CHECK_EQ_INT(hs.n_slots, 5); /* 2 in layer 0, 3 in layer 1 */
-    CHECK_EQ_INT(hs.n_resident, 5);
+    /* at most one admission per layer in flight, its victim already out */
+    CHECK(hs.n_resident <= 5 && hs.n_resident + hs.n_moe_layers >= 5);
 
     /* the budget: the fixed part plus half the expert bytes */
     model_weights w;

@@ -828,13 +828,25 @@ static void record_times(gpu_hybrid *hy)
     }
 }
 
+/* The step's lookups per expert into the decayed scores.  A streamed
+ * prefill has no CPU pass to count its lookups and hits for the split's
+ * counters: the counts do, against the table the step ran with (admit
+ * changes it only after this). */
 static void update_scores(gpu_hybrid *hy)
 {
-    const size_t ne = (size_t)hy->n_layer * (size_t)hy->n_expert;
-    for (size_t i = 0; i < ne; i++) {
-        const uint32_t delta = hy->h.counts[i] - hy->counts_seen[i]; /* wraps like the counter */
-        hy->counts_seen[i] = hy->h.counts[i];
-        hy->score[i] = (float)(hy->score[i] * SCORE_DECAY + delta);
+    for (int l = 0; l < hy->n_layer; l++) {
+        const int32_t *slot_of = hy->st.layer[l].slot_of;
+        int64_t lookups = 0, hits = 0;
+        for (int e = 0; e < hy->n_expert; e++) {
+            const size_t i = (size_t)l * (size_t)hy->n_expert + (size_t)e;
+            const uint32_t delta = hy->h.counts[i] - hy->counts_seen[i]; /* wraps like the counter */
+            hy->counts_seen[i] = hy->h.counts[i];
+            hy->score[i] = (float)(hy->score[i] * SCORE_DECAY + delta);
+            lookups += delta;
+            hits += slot_of != NULL && slot_of[e] >= 0 ? delta : 0;
+        }
+        if (!hy->step_split && is_moe(hy, l))
+            hybrid_count(&hy->st, (uint32_t)l, lookups, hits);
     }
 }
 
