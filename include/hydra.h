@@ -713,6 +713,18 @@ HYDRA_API hydra_status hydra_spec_start(hydra_spec *spec, const hydra_token *pro
  * target's context is full; HYDRA_ERR_INVALID_ARG before hydra_spec_start. */
 HYDRA_API hydra_status hydra_spec_step(hydra_spec *spec, size_t max_tokens, hydra_token *out, size_t *n_out);
 
+/* hydra_spec_step in two phases, for a caller that evaluates the verify
+ * pass itself (a server stepping several slots in one batch):
+ * hydra_spec_draft drafts and hands out the verify batch tokens[0, *width)
+ * (valid until the next call on spec); the caller evaluates it on the
+ * target session at its next positions, keeping every row's logits;
+ * hydra_spec_accept takes those *width x n_vocab logits and does the rest
+ * of the step.  HYDRA_ERR_INVALID_ARG when the target does not hold the
+ * positions the phase expects (the step is then undone). */
+HYDRA_API hydra_status hydra_spec_draft(hydra_spec *spec, size_t max_tokens, const hydra_token **tokens,
+                                        size_t *width);
+HYDRA_API hydra_status hydra_spec_accept(hydra_spec *spec, const float *rows, hydra_token *out, size_t *n_out);
+
 typedef struct hydra_spec_stats {
     uint64_t n_steps;       /* verify passes */
     uint64_t n_drafted;     /* draft tokens proposed */

@@ -14,6 +14,8 @@
  *      else draw from norm(max(0, p - q)) and stop; all kept: a bonus from
  *      the last row;
  *   4. both caches are truncated to the accepted positions.
+ * Steps 1 and 3-4 are hydra_spec_draft and hydra_spec_accept, so that a
+ * caller can evaluate step 2 itself (a server batching its slots).
  * Everything the step needs is allocated by hydra_spec_new.
  */
 #include "hydra.h"
@@ -53,6 +55,7 @@ struct hydra_spec {
     hydra_token *batch;            /* [n_draft_max + 1] the verify pass's tokens */
     float *rows;                   /* [(n_draft_max + 1) x n_vocab] its logits */
     bool *width_seen;              /* [n_draft_max + 2] */
+    int32_t n_draft, width;        /* of the verify batch handed out; width 0: none */
     hydra_spec_stats stats;
 };
 
@@ -389,13 +392,13 @@ static hydra_token residual_token(hydra_spec *s, int32_t i)
 
 /* Runs the rule over the verify rows; out gets the kept drafts and the
  * target's own token; *n_accepted the drafts kept. */
-static hydra_status judge(hydra_spec *s, int32_t n_draft, hydra_token *out, int32_t *n_accepted)
+static hydra_status judge(hydra_spec *s, int32_t n_draft, const float *rows, hydra_token *out, int32_t *n_accepted)
 {
     const size_t nv = (size_t)s->n_vocab;
     int32_t a = 0;
     hydra_token own = -1;
     for (int32_t i = 0; i <= n_draft && own < 0; i++) {
-        hydra_status st = candidates(s->target_sampler, s->rows + (size_t)i * nv, s->n_vocab, &s->pd);
+        hydra_status st = candidates(s->target_sampler, rows + (size_t)i * nv, s->n_vocab, &s->pd);
         if (st != HYDRA_OK)
             return st;
         if (i < n_draft && accept_draft(s, i)) {
@@ -416,9 +419,9 @@ static hydra_status judge(hydra_spec *s, int32_t n_draft, hydra_token *out, int3
 
 static int32_t min_i32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
 
-/* The verify pass of the pending token and n_draft drafts, padded to the
- * step's width by repeating the last token (its rows are never read). */
-static hydra_status verify(hydra_spec *s, int32_t n_draft, int32_t width)
+/* The verify batch: the pending token and n_draft drafts, padded to width
+ * by repeating the last token (the padded rows are never read). */
+static void build_batch(hydra_spec *s, int32_t n_draft, int32_t width)
 {
     s->batch[0] = s->history[s->n_history - 1];
     for (int32_t i = 0; i < width - 1; i++)
@@ -428,7 +431,6 @@ static hydra_status verify(hydra_spec *s, int32_t n_draft, int32_t width)
         s->stats.n_widths++;
     }
     s->stats.n_verify_rows += (uint64_t)width;
-    return hydra_session_eval(s->target, s->batch, (size_t)width, s->rows);
 }
 
 /* Both caches back to the accepted tokens (pending excluded). */
@@ -445,14 +447,30 @@ static hydra_status roll_back(hydra_spec *s, size_t n_kept)
     return HYDRA_OK;
 }
 
-HYDRA_API hydra_status hydra_spec_step(hydra_spec *s, size_t max_tokens, hydra_token *out, size_t *n_out)
+/* After a failed step nothing of it is kept: the target holds the
+ * accepted tokens again, the draft catches up next time. */
+static void undo_step(hydra_spec *s)
 {
-    if (s == NULL || out == NULL || n_out == NULL || max_tokens == 0)
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_step: a decoder and room for a token are required");
-    *n_out = 0;
+    const uint32_t past = (uint32_t)(s->n_history - 1);
+    if (hydra_session_n_past(s->target) > past)
+        hydra_session_truncate(s->target, past);
+    hydra_session_clear(s->draft);
+    s->width = 0;
+}
+
+HYDRA_API hydra_status hydra_spec_draft(hydra_spec *s, size_t max_tokens, const hydra_token **tokens, size_t *width)
+{
+    if (s == NULL || tokens == NULL || width == NULL || max_tokens == 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_draft: a decoder and room for a token are required");
+    *tokens = NULL;
+    *width = 0;
     if (s->n_history == 0)
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_step: no prompt (call hydra_spec_start first)");
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_draft: no prompt (call hydra_spec_start first)");
     const int64_t past = (int64_t)s->n_history - 1;
+    if (hydra_session_n_past(s->target) != (uint32_t)past)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_draft: the target holds %u positions, the decoder "
+                          "expects %lld (evaluated by someone else?)", hydra_session_n_past(s->target),
+                          (long long)past);
     const int64_t room = (int64_t)hydra_session_n_ctx(s->target) - past;
     if (room < 1)
         return hydra_fail(HYDRA_ERR_RANGE, "the context of %u positions is full", hydra_session_n_ctx(s->target));
@@ -460,34 +478,68 @@ HYDRA_API hydra_status hydra_spec_step(hydra_spec *s, size_t max_tokens, hydra_t
     int32_t k = min_i32(s->p.n_draft_max, (int64_t)max_tokens - 1);
     k = min_i32(k, room - 1);
     k = min_i32(k, draft_room > 0 ? draft_room : 0);
-    double t0 = now_ms();
-    int32_t n_draft = 0;
-    hydra_status st = draft_tokens(s, k, &n_draft);
-    const double t1 = now_ms();
-    s->stats.draft_ms += t1 - t0;
-    const int32_t width = s->p.fixed_width ? min_i32(s->p.n_draft_max + 1, room) : n_draft + 1;
-    if (st == HYDRA_OK)
-        st = verify(s, n_draft, width);
-    s->stats.verify_ms += now_ms() - t1;
-    int32_t a = 0;
-    if (st == HYDRA_OK)
-        st = judge(s, n_draft, out, &a);
-    if (st == HYDRA_OK)
-        st = roll_back(s, (size_t)past + 1 + (size_t)a);
+    const double t0 = now_ms();
+    hydra_status st = draft_tokens(s, k, &s->n_draft);
+    s->stats.draft_ms += now_ms() - t0;
     if (st != HYDRA_OK) {
-        /* nothing of the step is kept: the target holds the accepted tokens
-         * again, the draft catches up next time */
-        if (hydra_session_n_past(s->target) > (uint32_t)past)
-            hydra_session_truncate(s->target, (uint32_t)past);
-        hydra_session_clear(s->draft);
+        undo_step(s);
+        return st;
+    }
+    s->width = s->p.fixed_width ? min_i32(s->p.n_draft_max + 1, room) : s->n_draft + 1;
+    build_batch(s, s->n_draft, s->width);
+    *tokens = s->batch;
+    *width = (size_t)s->width;
+    return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_spec_accept(hydra_spec *s, const float *rows, hydra_token *out, size_t *n_out)
+{
+    if (s == NULL || rows == NULL || out == NULL || n_out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_accept: a decoder, the rows and room are required");
+    *n_out = 0;
+    if (s->width == 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_accept: no verify batch (call hydra_spec_draft first)");
+    const size_t past = s->n_history - 1;
+    if (hydra_session_n_past(s->target) != past + (size_t)s->width) {
+        undo_step(s);
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_accept: the target holds %u positions, not the %zu "
+                          "of the verify batch", hydra_session_n_past(s->target), past + (size_t)s->width);
+    }
+    int32_t a = 0;
+    hydra_status st = judge(s, s->n_draft, rows, out, &a);
+    if (st == HYDRA_OK)
+        st = roll_back(s, past + 1 + (size_t)a);
+    if (st != HYDRA_OK) {
+        undo_step(s);
         return st;
     }
     memcpy(s->history + s->n_history, out, sizeof *out * (size_t)(a + 1));
     s->n_history += (size_t)a + 1;
     *n_out = (size_t)a + 1;
     s->stats.n_steps++;
-    s->stats.n_drafted += (uint64_t)n_draft;
+    s->stats.n_drafted += (uint64_t)s->n_draft;
     s->stats.n_accepted += (uint64_t)a;
     s->stats.n_generated += (uint64_t)a + 1;
+    s->width = 0;
     return HYDRA_OK;
+}
+
+HYDRA_API hydra_status hydra_spec_step(hydra_spec *s, size_t max_tokens, hydra_token *out, size_t *n_out)
+{
+    if (s == NULL || out == NULL || n_out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_step: a decoder and room for a token are required");
+    *n_out = 0;
+    const hydra_token *batch;
+    size_t width;
+    hydra_status st = hydra_spec_draft(s, max_tokens, &batch, &width);
+    if (st != HYDRA_OK)
+        return st;
+    const double t0 = now_ms();
+    st = hydra_session_eval(s->target, batch, width, s->rows);
+    s->stats.verify_ms += now_ms() - t0;
+    if (st != HYDRA_OK) {
+        undo_step(s);
+        return st;
+    }
+    return hydra_spec_accept(s, s->rows, out, n_out);
 }

@@ -597,3 +597,61 @@ TEST(spec_deepseek2_nextn_blocks_are_left_out_of_the_main_pass)
     CHECK_EQ_INT(refused, HYDRA_ERR_FORMAT);
     CHECK(strstr(hydra_last_error(), "nextn_predict_layers") != NULL);
 }
+
+/* hydra_spec_draft + the caller's own verify pass + hydra_spec_accept
+ * give the tokens of hydra_spec_step; misuse is refused and undone. */
+TEST(spec_two_phase_step_equals_step)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL, *d = NULL;
+    CHECK_OK(open_model("mixtral-tiny-f16", &m));
+    hydra_status st = open_model("mixtral-tiny-q4_0", &d);
+    const hydra_sampler_params sp = greedy_params();
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 3;
+    pp.p_min = 0;
+    spec_run one = {0}, two = {0};
+    hydra_token want[N_GEN], got[N_GEN];
+    if (st == HYDRA_OK)
+        st = spec_open(&one, m, d, 128, 16, &sp, &pp);
+    if (st == HYDRA_OK)
+        st = spec_open(&two, m, d, 128, 16, &sp, &pp);
+    if (st == HYDRA_OK)
+        st = spec_generate(one.spec, want, N_GEN);
+    if (st == HYDRA_OK)
+        st = hydra_spec_start(two.spec, prompt, N_PROMPT);
+    hydra_status early = HYDRA_OK, unevaluated = HYDRA_OK;
+    size_t n = 0;
+    float *rows = malloc(sizeof(float) * 4 * 1024 * 8);
+    if (st == HYDRA_OK && rows == NULL)
+        st = HYDRA_ERR_NOMEM;
+    if (st == HYDRA_OK) {
+        early = hydra_spec_accept(two.spec, rows, got, &n); /* no batch yet */
+        const hydra_token *batch;
+        size_t width;
+        st = hydra_spec_draft(two.spec, N_GEN, &batch, &width);
+        if (st == HYDRA_OK)
+            unevaluated = hydra_spec_accept(two.spec, rows, got, &n); /* target not advanced: undone */
+    }
+    for (size_t done = 0; st == HYDRA_OK && done < N_GEN; done += n) {
+        const hydra_token *batch;
+        size_t width;
+        st = hydra_spec_draft(two.spec, N_GEN - done, &batch, &width);
+        if (st == HYDRA_OK && hydra_session_n_vocab(two.target) * width > 4 * 1024 * 8)
+            st = HYDRA_ERR_RANGE;
+        if (st == HYDRA_OK)
+            st = hydra_session_eval(two.target, batch, width, rows);
+        if (st == HYDRA_OK)
+            st = hydra_spec_accept(two.spec, rows, got + done, &n);
+    }
+    free(rows);
+    spec_run_free(&one);
+    spec_run_free(&two);
+    hydra_model_close(d);
+    hydra_model_close(m);
+    if (st != HYDRA_OK)
+        FAIL("%s", hydra_last_error());
+    CHECK_EQ_INT(early, HYDRA_ERR_INVALID_ARG);
+    CHECK_EQ_INT(unevaluated, HYDRA_ERR_INVALID_ARG);
+    CHECK(memcmp(want, got, sizeof want) == 0);
+}
