@@ -20,8 +20,14 @@
 enum {
     TRACE_MAX_K = 64,       /* experts per token a trace line may hold */
     TRACE_MAX_LINE = 1024,  /* bytes of one line */
-    TRACE_MAX_DIM = 1 << 16 /* layers or experts a header may declare */
+    TRACE_MAX_DIM = 1 << 16,     /* layers or experts a header may declare */
+    TRACE_MAX_CELLS = 1 << 20,   /* layers x experts (DeepSeek-V3: 61 x 256) */
 };
+
+/* Bytes a loaded trace may take: the trace holds every layer at the
+ * longest layer's length, so a file whose layers differ wildly could ask
+ * for far more than its own size. */
+static const uint64_t TRACE_MAX_BYTES = (uint64_t)1 << 30;
 
 hydra_status expert_rank_trace_init(expert_rank *r, int k, uint64_t cap_tokens)
 {
@@ -115,7 +121,7 @@ static hydra_status read_header(const trace_line *c, int *n_layer, int *n_expert
     if (!c->header || c->n != 3)
         return trace_fail(c, "expected the header 'trace LAYERS EXPERTS K' first");
     if (c->v[0] == 0 || c->v[0] > TRACE_MAX_DIM || c->v[1] == 0 || c->v[1] > TRACE_MAX_DIM || c->v[2] == 0 ||
-        c->v[2] > TRACE_MAX_K || c->v[2] > c->v[1])
+        c->v[2] > TRACE_MAX_K || c->v[2] > c->v[1] || c->v[0] * c->v[1] > TRACE_MAX_CELLS)
         return trace_fail(c, "header dimensions out of range");
     *n_layer = (int)c->v[0], *n_expert = (int)c->v[1], *k = (int)c->v[2];
     return HYDRA_OK;
@@ -216,6 +222,9 @@ static hydra_status trace_size(expert_rank *r, const char *text, size_t len, con
         cap = r->trace_len[l] > cap ? r->trace_len[l] : cap;
         r->moe[l] = r->trace_len[l] != 0;
     }
+    if (st == HYDRA_OK && (uint64_t)r->n_layer * cap * (uint64_t)dims[2] * sizeof(int32_t) > TRACE_MAX_BYTES)
+        return hydra_fail(HYDRA_ERR_FORMAT, "expert trace %s: %d layers of up to %" PRIu64 " tokens exceed %" PRIu64
+                          " MiB (layers of very unequal length?)", name, r->n_layer, cap, TRACE_MAX_BYTES >> 20);
     if (st == HYDRA_OK)
         st = expert_rank_trace_init(r, dims[2], cap);
     return st;

@@ -188,6 +188,14 @@ TEST(expert_rank_random_bytes_never_crash)
         hydra_status st = expert_rank_parse(&r, buf, len, "random");
         if (st != HYDRA_OK && st != HYDRA_ERR_FORMAT)
             FAIL("iteration %d: status %d", iter, (int)st);
+        if (iter % 4 == 0) /* as a trace, behind a valid header */
+            memcpy(buf, "trace 4 8 2\n", len > 12 ? 12 : 0);
+        expert_rank tr;
+        hydra_status st_trace = expert_rank_parse_trace(&tr, buf, len, "random");
+        if (st_trace == HYDRA_OK)
+            expert_rank_free(&tr);
+        else if (st_trace != HYDRA_ERR_FORMAT)
+            FAIL("iteration %d: trace status %d", iter, (int)st_trace);
         st == HYDRA_OK ? ok++ : bad++;
     }
     expert_rank_free(&r);
