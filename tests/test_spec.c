@@ -655,3 +655,47 @@ TEST(spec_two_phase_step_equals_step)
     CHECK_EQ_INT(unevaluated, HYDRA_ERR_INVALID_ARG);
     CHECK(memcmp(want, got, sizeof want) == 0);
 }
+
+/* The verify pass through the hybrid CPU split (issue 10: half the experts
+ * "resident", the rest computed as misses, for all k + 1 rows at once)
+ * gives plain greedy decoding's tokens, and the split saw the verify rows. */
+TEST(spec_greedy_through_the_hybrid_cpu_split)
+{
+    REQUIRE_SHARED();
+    hydra_model *m = NULL, *d = NULL;
+    CHECK_OK(open_model("qwen3moe-tiny-f32", &m));
+    hydra_status st = open_model("qwen3moe-tiny-q8_0", &d);
+    hydra_token want[N_GEN], got[N_GEN];
+    if (st == HYDRA_OK)
+        st = plain_greedy(m, want);
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 256;
+    p.n_batch = 64;
+    p.n_threads = 2;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.resident_fraction = 0.5;
+    spec_run r = {0};
+    const hydra_sampler_params sp = greedy_params();
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 4;
+    pp.p_min = 0;
+    if (st == HYDRA_OK)
+        st = hydra_session_create(&r.target, m, &p);
+    if (st == HYDRA_OK)
+        st = make_session(d, 256, 64, &r.draft);
+    if (st == HYDRA_OK)
+        st = hydra_spec_new(r.target, r.draft, &sp, &pp, &r.spec);
+    if (st == HYDRA_OK)
+        st = spec_generate(r.spec, got, N_GEN);
+    hydra_hybrid_stats hs = {0};
+    if (st == HYDRA_OK)
+        st = hydra_session_hybrid_stats(r.target, &hs);
+    spec_run_free(&r);
+    hydra_model_close(d);
+    hydra_model_close(m);
+    if (st != HYDRA_OK)
+        FAIL("%s", hydra_last_error());
+    CHECK(memcmp(want, got, sizeof want) == 0);
+    CHECK(hs.prefill_lookups > 0); /* verify passes have several rows */
+    CHECK(hs.prefill_hits > 0 && hs.prefill_hits < hs.prefill_lookups);
+}
