@@ -177,6 +177,22 @@ int gk_moe_max_tiles(int n_routes, int n_expert);
 int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
                    int n_used, int64_t n_embd, float *x, const gk_norm_out *norm);
 
+/* Router logits and the top-k in one launch (tail.cuh): the float matvec
+ * of n_tok <= GK_MATVEC_MAX_TOK rows (F32/F16/BF16 router, out as
+ * gk_matvec's), whose last block to finish then selects each token's
+ * experts into routes as gk_moe_topk does (softmax or sigmoid, renorm,
+ * scale; no selection bias or expert groups), saving the top-k launch.
+ * n_expert <= GK_TAIL_MAX_EXPERTS, n_used <= GK_TAIL_MAX_USED; counter: a
+ * device word that is zero between launches (the last block resets it). */
+enum { GK_TAIL_MAX_EXPERTS = 256, GK_TAIL_MAX_USED = 32 };
+typedef struct gk_tail {
+    unsigned int *counter;
+    gk_gating gating;
+    gk_route *routes;
+} gk_tail;
+int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
+                   const gk_tail *tail);
+
 /* --- hybrid.cu: one MoE layer split between the VRAM slab (hits) and the
  * CPU (misses), issue 10.  Pointers marked "mapped" are device addresses of
  * pinned host memory. */

@@ -9,9 +9,11 @@
  * expert selects the matrix, its token (or its own index) the activation
  * row, so the same kernel runs over all of a layer's routes or any subset
  * of them, as the hybrid split needs.  GLU launches read a gate and an up
- * row together and write silu(gate . x) * (up . x).
+ * row together and write silu(gate . x) * (up . x).  A router launch
+ * (float weights) may end with the MoE top-k in its last block (tail.cuh).
  */
 #include "common.cuh"
+#include "tail.cuh"
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
@@ -24,6 +26,7 @@ struct mv_job {
     gk_mat up;
     gk_act x;
     gk_rows rows;
+    gk_tail tail; /* counter NULL: none */
 };
 
 struct mv_place {
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
     const gk_rows &rows = job.rows;
     __shared__ float red[2][MVF_THREADS / GPU_WARP][MV_MAX_TOK];
     const int64_t r = blockIdx.x;
-    if (r >= w.n_rows)
+    if (r >= w.n_rows) /* only in multi-matrix launches, which have no tail */
         return;
     const mv_place p = mv_where(w, w2, rows, GLU);
     const uint8_t *row = p.w + r * w.row_bytes;
@@ -234,19 +237,21 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
     }
     __syncthreads();
     const int t = threadIdx.x;
-    if (t >= p.n_tok)
-        return;
-    float v = 0.0f, v2 = 0.0f;
-    for (int k = 0; k < MVF_THREADS / GPU_WARP; k++) {
-        v += red[0][k][t];
-        v2 += red[1][k][t];
+    if (t < p.n_tok) {
+        float v = 0.0f, v2 = 0.0f;
+        for (int k = 0; k < MVF_THREADS / GPU_WARP; k++) {
+            v += red[0][k][t];
+            v2 += red[1][k][t];
+        }
+        if (GLU)
+            v = silu(v) * v2;
+        if (out.bias != NULL)
+            v += out.bias[r];
+        float *dst = out.y + (p.out0 + t) * out.y_stride + r;
+        *dst = out.accumulate ? *dst + v : v;
     }
-    if (GLU)
-        v = silu(v) * v2;
-    if (out.bias != NULL)
-        v += out.bias[r];
-    float *dst = out.y + (p.out0 + t) * out.y_stride + r;
-    *dst = out.accumulate ? *dst + v : v;
+    if (!GLU && job.tail.counter != NULL && gk_last_block(job.tail.counter, gridDim.x * gridDim.y))
+        gk_topk_rows(job.tail.gating, out.y, out.y_stride, rows.n_tok, job.tail.routes);
 }
 
 template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
@@ -330,4 +335,21 @@ extern "C" int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_o
     job.x = *x;
     job.rows.n_tok = n_tok;
     return mv_launch(s, &job, n_mats, false);
+}
+
+extern "C" int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
+                              const gk_tail *tail)
+{
+    if (tail->counter == NULL || n_tok < 1 || !gk_is_float_type(w->type) ||
+        tail->gating.n_expert != w->n_rows || tail->gating.n_expert > GK_TAIL_MAX_EXPERTS ||
+        tail->gating.n_used > GK_TAIL_MAX_USED)
+        return (int)gpuErrorInvalidValue;
+    mv_job job = {};
+    job.w[0] = *w;
+    job.out[0] = *out;
+    job.up = *w;
+    job.x = *x;
+    job.rows.n_tok = n_tok;
+    job.tail = *tail;
+    return mv_launch(s, &job, 1, false);
 }

@@ -10,31 +10,9 @@
  */
 #include "common.cuh"
 #include "row_norm.cuh"
+#include "tail.cuh"
 
 enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_MAX_USED = 256 };
-
-struct best {
-    float v;
-    int i; /* -1: none */
-};
-
-/* b beats a: a real candidate, a larger value, or the lower id on a tie. */
-static inline __device__ bool better(best a, best b)
-{
-    return b.i >= 0 && (a.i < 0 || b.v > a.v || (b.v == a.v && b.i < a.i));
-}
-
-static inline __device__ best warp_best(best x)
-{
-    for (int m = GPU_WARP / 2; m > 0; m /= 2) {
-        best o;
-        o.v = gpu_shfl_xor(x.v, m);
-        o.i = gpu_shfl_xor(x.i, m);
-        if (better(x, o))
-            x = o;
-    }
-    return x;
-}
 
 /* One warp per token: every expert's probability in shared memory, then
  * n_used rounds of a warp-wide argmax over the unchosen ones.

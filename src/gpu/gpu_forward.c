@@ -307,15 +307,39 @@ hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *ne
     return HYDRA_OK;
 }
 
+/* Router logits, then each token's experts.  In decode, with a float
+ * router and plain gating (softmax or sigmoid over all experts, no
+ * selection bias, no groups), the router launch's last block selects them
+ * (tail.cuh), saving the top-k launch; other cases take gpu_route_select. */
+static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating)
+{
+    const gpu_weights *gw = &g->gw;
+    const arch_hparams *hp = &g->w->hp;
+    const gk_mat *router = gw_at(gw, l, W_MOE_ROUTER);
+    const float *bias = gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS));
+    const bool plain = (hp->gating == GATING_SOFTMAX || hp->gating == GATING_SIGMOID) && hp->n_expert_group <= 1 &&
+                       gw_at(gw, l, W_MOE_PROBS_BIAS)->data == NULL;
+    if (n > GK_MATVEC_MAX_TOK || !plain || reads_8bit(router) || gating->n_expert > GK_TAIL_MAX_EXPERTS ||
+        gating->n_used > GK_TAIL_MAX_USED) {
+        TRY_ST(linear(g, router, &g->xn, 0, n, g->router, gating->n_expert, bias, false, OP_ROUTER));
+        TRY_ST(gpu_route_select(g, l, gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
+        gpu_prof_mark(g, OP_TOPK);
+        return HYDRA_OK;
+    }
+    const gk_act xa = act_view(&g->xn, 0);
+    const gk_out out = {.y = g->router, .y_stride = gating->n_expert, .bias = bias};
+    const gk_tail tail = {.counter = g->counter, .gating = *gating, .routes = g->routes};
+    TRY(gk_router_topk(g->stream, router, &xa, n, &out, &tail), "router + top-k");
+    gpu_prof_mark(g, OP_ROUTER);
+    return HYDRA_OK;
+}
+
 static hydra_status moe(gpu_session *g, int l, int n)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int64_t embd = g->w->hp.n_embd;
-    TRY_ST(linear(g, gw_at(gw, l, W_MOE_ROUTER), &g->xn, 0, n, g->router, gating.n_expert,
-                  gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS)), false, OP_ROUTER));
-    TRY_ST(gpu_route_select(g, l, &gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
-    gpu_prof_mark(g, OP_TOPK);
+    TRY_ST(route(g, l, n, &gating));
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */

@@ -5,6 +5,7 @@
  */
 #include "gpu.h"
 #include "gpu_check_ops.h"
+#include "gpu_check_fused.h"
 
 #include "../error.h"
 
@@ -186,5 +187,12 @@ hydra_status gpu_check_route_bias(const float *bias, int n_expert, const int32_t
                                   const int32_t *order, int64_t n_rows, int64_t width, float *y)
 {
     (void)bias, (void)n_expert, (void)experts, (void)n_routes, (void)order, (void)n_rows, (void)width, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, const float *x, float *logits,
+                                   int32_t *experts, float *weights)
+{
+    (void)c, (void)w, (void)x, (void)logits, (void)experts, (void)weights;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
