@@ -42,6 +42,9 @@ static const struct {
     {QT_Q6_K, {offsetof(block_q6_K, d), 0}, 1},
     {QT_Q8_0, {offsetof(block_q8_0, d), 0}, 1},
     {QT_IQ4_XS, {offsetof(block_iq4_xs, d), 0}, 1},
+    /* the lattice formats lead with d (iq_blocks.h), except IQ1_M (fill_raw) */
+    {QT_IQ2_XXS, {0, 0}, 1}, {QT_IQ2_XS, {0, 0}, 1}, {QT_IQ2_S, {0, 0}, 1}, {QT_IQ3_XXS, {0, 0}, 1},
+    {QT_IQ3_S, {0, 0}, 1},   {QT_IQ1_S, {0, 0}, 1},
 };
 
 static void fill_raw(uint32_t type, uint8_t *w, int64_t n_blocks, uint64_t *rng)
@@ -49,6 +52,13 @@ static void fill_raw(uint32_t type, uint8_t *w, int64_t n_blocks, uint64_t *rng)
     const quant_traits *t = quant_traits_of(type);
     for (int64_t i = 0; i < n_blocks * (int64_t)t->type_size; i++)
         w[i] = (uint8_t)rng_next(rng);
+    for (int64_t b = 0; type == QT_IQ1_M && b < n_blocks; b++) {
+        /* d's f16 nibbles top its four scale words (bytes 49, 51, 53, 55) */
+        uint8_t *blk = w + b * t->type_size;
+        uint16_t h = fp32_to_fp16(rng_float(rng) * 0.05f);
+        for (int k = 0; k < 4; k++)
+            blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+    }
     for (size_t f = 0; f < sizeof f16_fields / sizeof f16_fields[0]; f++) {
         if (f16_fields[f].type != type)
             continue;

@@ -28,7 +28,7 @@ static bool iq_avx2_runs_on(const cpu_features *f)
 const simd_kernels simd_iq_avx2 = {
     .isa = "avx2-iq",
     .runs_on = iq_avx2_runs_on,
-    IQ_X86_VEC_DOTS,
+    IQ_X86_KERNEL_TABLES,
 };
 
 #endif

@@ -30,7 +30,7 @@ static bool iq_avx512_runs_on(const cpu_features *f)
 const simd_kernels simd_iq_avx512 = {
     .isa = "avx512-iq",
     .runs_on = iq_avx512_runs_on,
-    IQ_X86_VEC_DOTS,
+    IQ_X86_KERNEL_TABLES,
 };
 
 #endif
