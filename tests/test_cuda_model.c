@@ -155,7 +155,7 @@ static void run_reference(test_ctx *t_, const char *name)
     if (st != HYDRA_OK)
         FAIL("%s", why);
     printf("  cuda %-20s batch(f32 kv) KL %.2e top1 %.3f | batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | "
-           "by 7 KL %.2e top1 %.3f | greedy %d/%d (bars: KL %.0e, top1 %.3f)\n", name, sc.batch32.kl, sc.batch32.top1,
+           "by 7 KL %.2e top1 %.3f | greedy %d/%d (bars: KL %.2g, top1 %.3f)\n", name, sc.batch32.kl, sc.batch32.top1,
            sc.batch16.kl, sc.batch16.top1, sc.tbt.kl, sc.tbt.top1, sc.by7.kl, sc.by7.top1, sc.greedy, REF_GREEDY,
            r.max_kl_mean, r.min_top1);
     const ref_score all[4] = {sc.batch32, sc.batch16, sc.tbt, sc.by7};
