@@ -25,20 +25,6 @@
 
 #include <math.h>
 
-#define TRY(call, what)                                                                                        \
-    do {                                                                                                       \
-        const int e_ = (call);                                                                                 \
-        if (e_ != 0)                                                                                           \
-            return gpu_fail((gpuError_t)e_, what);                                                             \
-    } while (0)
-
-#define TRY_ST(call)                                                                                           \
-    do {                                                                                                       \
-        const hydra_status st_ = (call);                                                                       \
-        if (st_ != HYDRA_OK)                                                                                   \
-            return st_;                                                                                        \
-    } while (0)
-
 void gpu_prof_mark(gpu_session *g, gpu_op op)
 {
     if (!g->o.profile || g->n_ev >= PROF_MAX_EVENTS)

@@ -48,20 +48,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TRY(call, what)                                                                                        \
-    do {                                                                                                       \
-        const int e_ = (call);                                                                                 \
-        if (e_ != 0)                                                                                           \
-            return gpu_fail((gpuError_t)e_, what);                                                             \
-    } while (0)
-
-#define TRY_ST(call)                                                                                           \
-    do {                                                                                                       \
-        const hydra_status st_ = (call);                                                                       \
-        if (st_ != HYDRA_OK)                                                                                   \
-            return st_;                                                                                        \
-    } while (0)
-
 enum { N_PARTS = 3, MAX_REGIONS = 4096 };
 /* The flag hand-off's bound: a reply later than this is a failure of the
  * step (a CPU pass takes well under a millisecond), not a hang. */

@@ -12,6 +12,22 @@
 #include "../../kernels/cuda/kernels.h"
 #include "../error.h"
 
+/* Return from the enclosing function with a failed CUDA call's status (the
+ * message names what was being done), or with a failed hydra call's. */
+#define TRY(call, what)                                                                                        \
+    do {                                                                                                       \
+        const int e_ = (call);                                                                                 \
+        if (e_ != 0)                                                                                           \
+            return gpu_fail((gpuError_t)e_, what);                                                             \
+    } while (0)
+
+#define TRY_ST(call)                                                                                           \
+    do {                                                                                                       \
+        const hydra_status st_ = (call);                                                                       \
+        if (st_ != HYDRA_OK)                                                                                   \
+            return st_;                                                                                        \
+    } while (0)
+
 /* --- allocator (gpu_alloc.c) */
 hydra_status gpu_fail(gpuError_t e, const char *what);
 hydra_status gpu_mem_alloc(gpu_purpose p, size_t bytes, void **out, const char *what);

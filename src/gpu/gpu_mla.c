@@ -22,20 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define TRY(call, what)                                                                                        \
-    do {                                                                                                       \
-        const int e_ = (call);                                                                                 \
-        if (e_ != 0)                                                                                           \
-            return gpu_fail((gpuError_t)e_, what);                                                             \
-    } while (0)
-
-#define TRY_ST(call)                                                                                           \
-    do {                                                                                                       \
-        const hydra_status st_ = (call);                                                                       \
-        if (st_ != HYDRA_OK)                                                                                   \
-            return st_;                                                                                        \
-    } while (0)
-
 /* A launch's routes are grid rows, at most 65535 of them. */
 enum { MLA_ROUTES_PER_LAUNCH = 32768 };
 
