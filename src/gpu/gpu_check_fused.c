@@ -1,7 +1,7 @@
 /*
  * gpu_check_fused.c — the fused decode kernels run once over host data
  * for their parity tests (gpu_check_fused.h).  Each check lists its device
- * buffers; run_fused carves them from one zeroed allocation (so a tail's
+ * buffers; gpu_check_run (gpu_internal.h) carves them from one zeroed allocation (so a tail's
  * counter starts at zero), copies the inputs, launches, synchronises and
  * copies the outputs back.
  */
@@ -13,41 +13,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct fbuf {
-    const void *in; /* copied in before the launch; NULL: zeros */
-    void *out;      /* copied back after it; NULL: not */
-    size_t bytes;
-    void *dev;
-} fbuf;
-
-typedef int (*fused_launch)(const void *ctx, const fbuf *b);
-
-static hydra_status run_fused(fbuf *b, int n, fused_launch launch, const void *ctx, const char *what)
-{
-    if (!gpu_available(NULL))
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "no CUDA device");
-    carve c = {0};
-    for (int i = 0; i < n; i++)
-        carve_add(&c, &b[i].dev, b[i].bytes);
-    void *base = NULL;
-    hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &base, what);
-    if (st != HYDRA_OK)
-        return st;
-    int e = gpuMemset(base, 0, c.total);
-    for (int i = 0; i < n && e == 0; i++)
-        if (b[i].in != NULL && b[i].bytes > 0)
-            e = gpuMemcpy(b[i].dev, b[i].in, b[i].bytes, gpuMemcpyHostToDevice);
-    if (e == 0)
-        e = launch(ctx, b);
-    if (e == 0)
-        e = gpuDeviceSynchronize();
-    for (int i = 0; i < n && e == 0; i++)
-        if (b[i].out != NULL && b[i].bytes > 0)
-            e = gpuMemcpy(b[i].out, b[i].dev, b[i].bytes, gpuMemcpyDeviceToHost);
-    gpu_mem_free(GPU_MEM_SCRATCH, base, c.total);
-    return e == 0 ? HYDRA_OK : gpu_fail((gpuError_t)e, what);
-}
 
 static bool row_bytes_of(uint32_t type, int64_t n_cols, size_t *out)
 {
@@ -62,7 +27,7 @@ static bool row_bytes_of(uint32_t type, int64_t n_cols, size_t *out)
 
 enum { RT_W, RT_X, RT_LOGITS, RT_ROUTES, RT_COUNTER, RT_N };
 
-static int launch_router(const void *ctx, const fbuf *b)
+static int launch_router(const void *ctx, const gpu_check_buf *b)
 {
     const gpu_router_check *c = ctx;
     size_t rb = 0;
@@ -89,14 +54,14 @@ hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, con
     gk_route *routes = malloc(sizeof *routes * (size_t)n_routes);
     if (routes == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "gpu_check_router_topk: %d routes", n_routes);
-    fbuf b[RT_N] = {
+    gpu_check_buf b[RT_N] = {
         [RT_W] = {.in = w, .bytes = rb * (size_t)c->n_expert},
         [RT_X] = {.in = x, .bytes = sizeof(float) * (size_t)(c->n_tok * c->n_cols)},
         [RT_LOGITS] = {.out = logits, .bytes = sizeof(float) * (size_t)(c->n_tok * c->n_expert)},
         [RT_ROUTES] = {.out = routes, .bytes = sizeof *routes * (size_t)n_routes},
         [RT_COUNTER] = {.bytes = sizeof(unsigned int)},
     };
-    const hydra_status st = run_fused(b, RT_N, launch_router, c, "router + top-k check");
+    const hydra_status st = gpu_check_run(b, RT_N, launch_router, c, "router + top-k check");
     for (int r = 0; st == HYDRA_OK && r < n_routes; r++) {
         experts[r] = routes[r].token == r / c->n_used ? routes[r].expert : -2; /* -2: wrong token */
         weights[r] = routes[r].weight;

@@ -15,16 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dev_buf {
-    const void *in; /* copied to the device before the launch; NULL: zeros */
-    void *out;      /* copied back after it; NULL: not */
-    size_t bytes;
-    void *dev;
-} dev_buf;
-
-typedef int (*check_launch)(const void *ctx, const dev_buf *b);
-
-static hydra_status run_check(dev_buf *b, int n, check_launch launch, const void *ctx, const char *what)
+hydra_status gpu_check_run(gpu_check_buf *b, int n, gpu_check_launch launch, const void *ctx, const char *what)
 {
     if (!gpu_available(NULL))
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "no CUDA device");
@@ -52,7 +43,7 @@ static hydra_status run_check(dev_buf *b, int n, check_launch launch, const void
 
 /* A buffer's device address, NULL when it has no host side (an optional
  * input left out). */
-static void *dev_or_null(const dev_buf *b, const void *host)
+static void *dev_or_null(const gpu_check_buf *b, const void *host)
 {
     return host != NULL ? b->dev : NULL;
 }
@@ -74,7 +65,7 @@ typedef struct norm_ctx {
 
 enum { NB_X, NB_GAIN, NB_Y, NB_Q, NB_META, NB_COUNT };
 
-static int launch_norm(const void *ctx, const dev_buf *b)
+static int launch_norm(const void *ctx, const gpu_check_buf *b)
 {
     const norm_ctx *c = ctx;
     return gk_rmsnorm(0, b[NB_X].dev, dev_or_null(&b[NB_GAIN], c->gain), c->eps, c->n_rows, c->n, b[NB_Y].dev,
@@ -88,7 +79,7 @@ hydra_status gpu_check_rmsnorm(const float *x, const float *gain, float eps, int
     int32_t *meta = malloc(16 * (size_t)blocks);
     if (meta == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "rmsnorm check");
-    dev_buf b[NB_COUNT] = {
+    gpu_check_buf b[NB_COUNT] = {
         [NB_X] = {.in = x, .bytes = fsz(total)},
         [NB_GAIN] = {.in = gain, .bytes = gain != NULL ? fsz(n) : 0},
         [NB_Y] = {.out = y, .bytes = fsz(total)},
@@ -96,7 +87,7 @@ hydra_status gpu_check_rmsnorm(const float *x, const float *gain, float eps, int
         [NB_META] = {.out = meta, .bytes = 16 * (size_t)blocks},
     };
     const norm_ctx c = {.gain = gain, .eps = eps, .n_rows = n_rows, .n = n, .q8 = q8};
-    const hydra_status st = run_check(b, NB_COUNT, launch_norm, &c, "rmsnorm check");
+    const hydra_status st = gpu_check_run(b, NB_COUNT, launch_norm, &c, "rmsnorm check");
     for (int64_t i = 0; st == HYDRA_OK && d != NULL && i < total / 32; i++)
         memcpy(&d[i], &meta[4 * i], sizeof(float));
     free(meta);
@@ -107,7 +98,7 @@ hydra_status gpu_check_rmsnorm(const float *x, const float *gain, float eps, int
 
 enum { RB_Q, RB_K, RB_V, RB_QN, RB_KN, RB_KC, RB_VC, RB_STEP, RB_COUNT };
 
-static int launch_rope(const void *ctx, const dev_buf *b)
+static int launch_rope(const void *ctx, const gpu_check_buf *b)
 {
     const gpu_rope_check *c = ctx;
     const rope_params *p = &c->rope;
@@ -127,7 +118,7 @@ hydra_status gpu_check_rope(const gpu_rope_check *c, float *q, float *k)
     const int64_t nq = (int64_t)c->n_tok * c->n_head * c->head_dim, nk = (int64_t)c->n_tok * c->n_head_kv * c->head_dim;
     const int64_t cache = (int64_t)(c->pos0 + c->n_tok) * c->n_head_kv * c->head_dim;
     const gk_step step = {.pos0 = c->pos0, .n_tok = c->n_tok};
-    dev_buf b[RB_COUNT] = {
+    gpu_check_buf b[RB_COUNT] = {
         [RB_Q] = {.in = q, .out = q, .bytes = fsz(nq)},
         [RB_K] = {.in = k, .out = k, .bytes = fsz(nk)},
         [RB_V] = {.bytes = fsz(nk)},
@@ -137,7 +128,7 @@ hydra_status gpu_check_rope(const gpu_rope_check *c, float *q, float *k)
         [RB_VC] = {.bytes = fsz(cache)},
         [RB_STEP] = {.in = &step, .bytes = sizeof step},
     };
-    return run_check(b, RB_COUNT, launch_rope, c, "rope check");
+    return gpu_check_run(b, RB_COUNT, launch_rope, c, "rope check");
 }
 
 /* --- attention */
@@ -149,7 +140,7 @@ static bool attn_ext(const gpu_attn_check *c)
     return c->ext || c->sinks != NULL || c->window > 0 || c->v_in_k;
 }
 
-static int launch_attn(const void *ctx, const dev_buf *b)
+static int launch_attn(const void *ctx, const gpu_check_buf *b)
 {
     const gpu_attn_check *c = ctx;
     const int64_t k_row = (int64_t)c->n_head_kv * c->head_dim_k;
@@ -174,7 +165,7 @@ hydra_status gpu_check_attention(const gpu_attn_check *c, const float *q, const 
     const size_t plain = gk_attention_scratch(c->n_tok, c->n_head, c->n_head_kv, c->head_dim_v, c->n_ctx);
     const size_t ext = gk_attention_ext_scratch(c->n_tok, c->n_head, c->head_dim_v, c->n_ctx);
     const gk_step step = {.pos0 = c->pos0, .n_tok = c->n_tok};
-    dev_buf b[AB_COUNT] = {
+    gpu_check_buf b[AB_COUNT] = {
         [AB_Q] = {.in = q, .bytes = fsz((int64_t)c->n_tok * c->n_head * c->head_dim_k)},
         [AB_K] = {.in = k_rows, .bytes = fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_k)},
         [AB_V] = {.in = v_rows, .bytes = c->v_in_k ? 0 : fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_v)},
@@ -183,7 +174,7 @@ hydra_status gpu_check_attention(const gpu_attn_check *c, const float *q, const 
         [AB_SCRATCH] = {.bytes = sizeof(float) * (plain > ext ? plain : ext)},
         [AB_OUT] = {.out = out, .bytes = fsz((int64_t)c->n_tok * c->n_head * c->head_dim_v)},
     };
-    return run_check(b, AB_COUNT, launch_attn, c, "attention check");
+    return gpu_check_run(b, AB_COUNT, launch_attn, c, "attention check");
 }
 
 /* --- expert selection */
@@ -195,7 +186,7 @@ typedef struct select_ctx {
     int n_tok;
 } select_ctx;
 
-static int launch_select(const void *ctx, const dev_buf *b)
+static int launch_select(const void *ctx, const gpu_check_buf *b)
 {
     const select_ctx *s = ctx;
     const gpu_select_check *c = s->c;
@@ -217,13 +208,13 @@ hydra_status gpu_check_select(const gpu_select_check *c, const float *logits, in
     gk_route *routes = malloc(sizeof *routes * (n_routes + 1));
     if (routes == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "selection check");
-    dev_buf b[SB_COUNT] = {
+    gpu_check_buf b[SB_COUNT] = {
         [SB_LOGITS] = {.in = logits, .bytes = fsz((int64_t)n_tok * c->n_expert)},
         [SB_BIAS] = {.in = c->sel_bias, .bytes = c->sel_bias != NULL ? fsz(c->n_expert) : 0},
         [SB_ROUTES] = {.out = routes, .bytes = sizeof *routes * n_routes},
     };
     const select_ctx ctx = {.c = c, .n_tok = n_tok};
-    const hydra_status st = run_check(b, SB_COUNT, launch_select, &ctx, "selection check");
+    const hydra_status st = gpu_check_run(b, SB_COUNT, launch_select, &ctx, "selection check");
     for (size_t i = 0; st == HYDRA_OK && i < n_routes; i++) {
         experts[i] = routes[i].expert;
         weights[i] = routes[i].weight;
@@ -236,7 +227,7 @@ hydra_status gpu_check_select(const gpu_select_check *c, const float *logits, in
 
 enum { GB_GATE, GB_UP, GB_H, GB_GBIAS, GB_UBIAS, GB_ROUTES, GB_COUNT };
 
-static int launch_glu(const void *ctx, const dev_buf *b)
+static int launch_glu(const void *ctx, const gpu_check_buf *b)
 {
     const gpu_glu_check *c = ctx;
     const gk_glu a = {.gate = b[GB_GATE].dev, .up = b[GB_UP].dev, .h = b[GB_H].dev, .n_rows = c->n_rows,
@@ -255,7 +246,7 @@ hydra_status gpu_check_glu(const gpu_glu_check *c, const float *gate, const floa
         return hydra_fail(HYDRA_ERR_NOMEM, "activation check");
     for (int64_t r = 0; c->experts != NULL && r < c->n_rows; r++)
         routes[r] = (gk_route){.token = (int32_t)r, .expert = c->experts[r], .weight = 1.0f};
-    dev_buf b[GB_COUNT] = {
+    gpu_check_buf b[GB_COUNT] = {
         [GB_GATE] = {.in = gate, .bytes = fsz(total)},
         [GB_UP] = {.in = up, .bytes = fsz(total)},
         [GB_H] = {.out = h, .bytes = fsz(total)},
@@ -263,7 +254,7 @@ hydra_status gpu_check_glu(const gpu_glu_check *c, const float *gate, const floa
         [GB_UBIAS] = {.in = c->up_bias, .bytes = c->up_bias != NULL ? fsz((int64_t)c->n_expert * c->ff) : 0},
         [GB_ROUTES] = {.in = routes, .bytes = c->experts != NULL ? sizeof *routes * (size_t)c->n_rows : 0},
     };
-    const hydra_status st = run_check(b, GB_COUNT, launch_glu, c, "activation check");
+    const hydra_status st = gpu_check_run(b, GB_COUNT, launch_glu, c, "activation check");
     free(routes);
     return st;
 }
@@ -279,7 +270,7 @@ typedef struct rows_ctx {
     bool combine;
 } rows_ctx;
 
-static int launch_rows(const void *ctx, const dev_buf *b)
+static int launch_rows(const void *ctx, const gpu_check_buf *b)
 {
     const rows_ctx *c = ctx;
     if (c->combine)
@@ -295,33 +286,33 @@ hydra_status gpu_check_combine(const float *weights, const float *y, int n_tok, 
         return hydra_fail(HYDRA_ERR_NOMEM, "combine check");
     for (int64_t r = 0; r < n_routes; r++)
         routes[r] = (gk_route){.token = (int32_t)(r / n_used), .expert = 0, .weight = weights[r]};
-    dev_buf b[CB_COUNT] = {
+    gpu_check_buf b[CB_COUNT] = {
         [CB_ROUTES] = {.in = routes, .bytes = sizeof *routes * (size_t)n_routes},
         [CB_Y] = {.in = y, .bytes = fsz(n_routes * n)},
         [CB_X] = {.in = x, .out = x, .bytes = fsz((int64_t)n_tok * n)},
     };
     const rows_ctx c = {.n_tok = n_tok, .n_used = n_used, .n = n, .combine = true};
-    const hydra_status st = run_check(b, CB_COUNT, launch_rows, &c, "combine check");
+    const hydra_status st = gpu_check_run(b, CB_COUNT, launch_rows, &c, "combine check");
     free(routes);
     return st;
 }
 
 hydra_status gpu_check_add_rows(const float *y, const float *gate, int n_tok, int64_t n, float *x)
 {
-    dev_buf b[CB_COUNT] = {
+    gpu_check_buf b[CB_COUNT] = {
         [CB_Y] = {.in = y, .bytes = fsz((int64_t)n_tok * n)},
         [CB_X] = {.in = x, .out = x, .bytes = fsz((int64_t)n_tok * n)},
         [CB_GATE] = {.in = gate, .bytes = gate != NULL ? fsz(n_tok) : 0},
     };
     const rows_ctx c = {.n_tok = n_tok, .n = n, .gate = gate};
-    return run_check(b, CB_COUNT, launch_rows, &c, "residual add check");
+    return gpu_check_run(b, CB_COUNT, launch_rows, &c, "residual add check");
 }
 
 /* --- MLA's cache rows and query split */
 
 enum { MB_LAT, MB_NORM, MB_Q, MB_CACHE, MB_NOPE, MB_QLAT, MB_STEP, MB_COUNT };
 
-static int launch_mla(const void *ctx, const dev_buf *b)
+static int launch_mla(const void *ctx, const gpu_check_buf *b)
 {
     const gpu_mla_prep_check *c = ctx;
     const rope_params *p = &c->rope;
@@ -340,7 +331,7 @@ hydra_status gpu_check_mla_prepare(const gpu_mla_prep_check *c, const float *lat
 {
     const int64_t row = (int64_t)c->kv_lora + c->n_rot, heads = (int64_t)c->n_tok * c->n_head;
     const gk_step step = {.pos0 = c->pos0, .n_tok = c->n_tok};
-    dev_buf b[MB_COUNT] = {
+    gpu_check_buf b[MB_COUNT] = {
         [MB_LAT] = {.in = latent, .bytes = fsz(c->n_tok * row)},
         [MB_NORM] = {.in = kv_norm, .bytes = fsz(c->kv_lora)},
         [MB_Q] = {.in = q, .bytes = fsz(heads * (c->nope + c->n_rot))},
@@ -349,7 +340,7 @@ hydra_status gpu_check_mla_prepare(const gpu_mla_prep_check *c, const float *lat
         [MB_QLAT] = {.out = q_lat, .bytes = fsz(heads * row)},
         [MB_STEP] = {.in = &step, .bytes = sizeof step},
     };
-    return run_check(b, MB_COUNT, launch_mla, c, "MLA preparation check");
+    return gpu_check_run(b, MB_COUNT, launch_mla, c, "MLA preparation check");
 }
 
 /* --- per-route output bias */
@@ -361,7 +352,7 @@ typedef struct bias_ctx {
     bool order;
 } bias_ctx;
 
-static int launch_bias(const void *ctx, const dev_buf *b)
+static int launch_bias(const void *ctx, const gpu_check_buf *b)
 {
     const bias_ctx *c = ctx;
     return gk_route_bias(0, b[BB_Y].dev, c->n_rows, c->width, b[BB_BIAS].dev, b[BB_ROUTES].dev,
@@ -376,14 +367,14 @@ hydra_status gpu_check_route_bias(const float *bias, int n_expert, const int32_t
         return hydra_fail(HYDRA_ERR_NOMEM, "route bias check");
     for (int r = 0; r < n_routes; r++)
         routes[r] = (gk_route){.token = r, .expert = experts[r], .weight = 1.0f};
-    dev_buf b[BB_COUNT] = {
+    gpu_check_buf b[BB_COUNT] = {
         [BB_BIAS] = {.in = bias, .bytes = fsz((int64_t)n_expert * width)},
         [BB_ROUTES] = {.in = routes, .bytes = sizeof *routes * (size_t)n_routes},
         [BB_ORDER] = {.in = order, .bytes = order != NULL ? sizeof(int32_t) * (size_t)n_rows : 0},
         [BB_Y] = {.in = y, .out = y, .bytes = fsz(n_rows * width)},
     };
     const bias_ctx c = {.n_rows = n_rows, .width = width, .order = order != NULL};
-    const hydra_status st = run_check(b, BB_COUNT, launch_bias, &c, "route bias check");
+    const hydra_status st = gpu_check_run(b, BB_COUNT, launch_bias, &c, "route bias check");
     free(routes);
     return st;
 }

@@ -194,4 +194,19 @@ void gpu_graph_free_all(gpu_session *g);
  * since the previous mark to op. */
 void gpu_prof_mark(gpu_session *g, gpu_op op);
 
+/* --- single-launch checks (gpu_check_ops.c, used by gpu_check_*.c): each
+ * buffer is carved from one zeroed device allocation, `in` copied there
+ * before the launch and the device copy read back into `out` after it. */
+typedef struct gpu_check_buf {
+    const void *in; /* copied to the device before the launch; NULL: zeros */
+    void *out;      /* copied back after it; NULL: not */
+    size_t bytes;
+    void *dev;
+} gpu_check_buf;
+
+typedef int (*gpu_check_launch)(const void *ctx, const gpu_check_buf *b);
+
+/* Fails with HYDRA_ERR_UNSUPPORTED without a device. */
+hydra_status gpu_check_run(gpu_check_buf *b, int n, gpu_check_launch launch, const void *ctx, const char *what);
+
 #endif
