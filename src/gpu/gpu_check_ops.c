@@ -1,7 +1,7 @@
 /*
  * gpu_check_ops.c — the per-row kernels run once over host data for the
  * op parity tests (gpu_check_ops.h).  Every check lists its device
- * buffers (what is copied in, what comes back), and run_check does the
+ * buffers (what is copied in, what comes back), and gpu_check_run does the
  * rest: one scratch allocation, zeroed, inputs copied, one launch on the
  * default stream, synchronise, outputs copied back, freed.
  */
