@@ -20,6 +20,7 @@
  */
 #include "slot.h"
 
+#include "byteorder.h"
 #include "error.h"
 
 #include <errno.h>
@@ -31,34 +32,6 @@
 
 static const char MAGIC[8] = {'H', 'Y', 'D', 'R', 'A', 'S', 'L', 'T'};
 enum { VERSION_TOKENS = 1, VERSION = 2, HEADER = 32, TRAILER = 8, CHUNK = 1 << 20 };
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* ------------------------------------------------------------ saving */
 

@@ -3,6 +3,7 @@
  */
 #include "kv_state.h"
 
+#include "byteorder.h"
 #include "error.h"
 
 #include <string.h>
@@ -12,34 +13,6 @@ enum { VERSION = 1, HEADER = 56, LAYER_HEADER = 16 };
 /* No real cache comes near this many positions; it bounds the arithmetic
  * on a hostile stream's numbers. */
 #define MAX_POSITIONS ((uint64_t)1 << 40)
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 static bool is_ring(const kv_cache *kv, const kv_layer *l)
 {
