@@ -16,6 +16,7 @@
 #include "hydra.h"
 
 #include "error.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -48,41 +49,7 @@ typedef struct final_set {
     float max_logit;
 } final_set;
 
-/* ------------------------------------------------------------ random stream */
-
-/* splitmix64 expands the seed into xoshiro256**'s state (Blackman and
- * Vigna's recommended seeding, so that no state is all zero). */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t s[4])
-{
-    const uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform in [0, 1): the top 53 bits as a double's mantissa. */
-static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
-
-static void seed_stream(hydra_sampler *s)
-{
-    uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
-}
+static void seed_stream(hydra_sampler *s) { rng_seed(s->rng, s->p.seed); }
 
 /* ------------------------------------------------------------ creation */
 

@@ -21,6 +21,7 @@
 #include "hydra.h"
 
 #include "error.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -58,31 +59,6 @@ struct hydra_spec {
     int32_t n_draft, width;        /* of the verify batch handed out; width 0: none */
     hydra_spec_stats stats;
 };
-
-/* ------------------------------------------------------------ random stream */
-
-/* splitmix64 seeds xoshiro256** (Blackman and Vigna's recommendation). */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static double uniform01(uint64_t s[4])
-{
-    const uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (double)(result >> 11) * 0x1.0p-53;
-}
 
 /* ------------------------------------------------------------ setup */
 
@@ -224,9 +200,7 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
         hydra_spec_free(s);
         return st;
     }
-    uint64_t seed = sampling->seed ^ 0x5bec5bec5bec5becu; /* not the sampler's own stream */
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&seed);
+    rng_seed(s->rng, sampling->seed ^ 0x5bec5bec5bec5becu); /* not the sampler's own stream */
     *out = s;
     return HYDRA_OK;
 }

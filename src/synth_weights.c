@@ -10,6 +10,7 @@
 #include "synth_weights.h"
 
 #include "error.h"
+#include "rng.h"
 #include "quant.h"
 #include "threads.h"
 
@@ -93,15 +94,6 @@ void synth_weights_free(synth_weights *w)
 }
 
 /* ------------------------------------------------------------ values */
-
-/* splitmix64 (Steele, Lea, Flood 2014): a full-period 64-bit generator. */
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
 
 /* Approximately N(0, 1): Irwin-Hall, the sum of four uniform 16-bit
  * integers from one draw, centred (mean 4 x 32767.5) and divided by its
