@@ -1,0 +1,129 @@
+/*
+ * split.h — how a model is spread over several GPUs (issue 13,
+ * docs/MULTIGPU.md), decided on the host before anything is allocated,
+ * and the cache of split states the multi-GPU step keeps per step shape.
+ *
+ *   -sm none    one device (the main GPU) holds everything
+ *   -sm layer   each device a contiguous range of layers; the embedding on
+ *               the first, the output head on the last, which is the main
+ *               GPU (the devices run in id order with the main GPU moved
+ *               to the end); the hidden state crosses each boundary once
+ *   -sm tensor  every device every layer, each a share of the KV heads (with
+ *               their query heads), of the dense FFN columns and of the
+ *               routed experts; one all-reduce per sublayer; embedding on
+ *               every device, output head on the main GPU
+ *
+ * Shares follow the -ts ratios (none given: the devices' available bytes),
+ * cut in whole units (layers, KV heads, FFN granules, experts).  Nothing
+ * here touches a GPU, so the partition is tested in CI (tests/test_split.c).
+ */
+#ifndef HYDRA_SPLIT_H
+#define HYDRA_SPLIT_H
+
+#include "hydra.h"
+
+#include "weights.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { SPLIT_MAX_DEV = 16, SPLIT_CACHE_WAYS = 4 };
+
+typedef enum split_mode { SPLIT_NONE = 0, SPLIT_LAYER = 1, SPLIT_TENSOR = 2 } split_mode;
+
+/* The shapes and bytes a plan needs (split_model_of fills it from a
+ * model's weights). */
+typedef struct split_model {
+    int n_layer;
+    const uint64_t *layer_bytes; /* per layer: weights on the device plus its KV cache */
+    uint64_t embed_bytes;        /* token embedding */
+    uint64_t head_bytes;         /* output norm and projection */
+    uint64_t scratch_bytes;      /* working buffers of one device */
+    int n_head_kv;               /* tensor split units: KV heads, */
+    int64_t n_ff, ff_granule;    /* dense FFN columns in granules (the down matrix's block), */
+    int n_expert;                /* routed experts */
+} split_model;
+
+typedef struct split_request {
+    split_mode mode;
+    int n_dev;                   /* devices present (1..SPLIT_MAX_DEV) */
+    const uint64_t *avail;       /* per device: free bytes, or the --vram-budget */
+    const float *ratios;         /* -ts per device; NULL or all zero: proportional to avail */
+    int main_gpu;
+} split_request;
+
+typedef struct split_part {
+    int device;
+    int layer0, layer1;          /* layers [layer0, layer1) */
+    bool embed, head;            /* holds the token embedding / the output head */
+    int head0, head1;            /* tensor: KV heads [head0, head1) */
+    int64_t ff0, ff1;            /* tensor: dense FFN columns */
+    int exp0, exp1;              /* tensor: routed experts */
+    uint64_t need, avail;        /* bytes the part needs, bytes the device offers */
+} split_part;
+
+typedef struct split_plan {
+    split_mode mode;
+    int n_part;
+    split_part part[SPLIT_MAX_DEV];
+} split_plan;
+
+/* Cuts [0, total) into n shares proportional to weights, in whole units of
+ * granule (the last share takes the remainder): begin[i] .. begin[i + 1]
+ * is share i (begin has n + 1 entries).  A zero weight gets an empty
+ * share; all-zero weights count as equal. */
+void split_shares(int64_t total, int64_t granule, const double *weights, int n, int64_t *begin);
+
+/* Plans the request.  HYDRA_ERR_INVALID_ARG for a bad mode, device count,
+ * main GPU or ratio; HYDRA_ERR_RANGE, naming the device and every part's
+ * bytes, when a part does not fit its device. */
+hydra_status split_plan_make(split_plan *plan, const split_model *m, const split_request *r);
+
+/* The plan as text, one line per part, into buf (always terminated). */
+size_t split_plan_describe(const split_plan *plan, char *buf, size_t cap);
+
+/* The model's shapes for a plan: layer bytes (routed experts left out when
+ * skip_experts: the hybrid slab takes them from what is left), KV cache of
+ * n_ctx positions, scratch estimate.  *layer_bytes is allocated (free it). */
+hydra_status split_model_of(split_model *m, uint64_t **layer_bytes, const model_weights *w, int64_t n_ctx,
+                            int64_t n_batch, uint32_t kv_type, bool skip_experts);
+
+/* "3,1" into ratios (at most max); the count, or -1 on a malformed list. */
+int split_parse_ratios(const char *text, float *ratios, int max);
+
+/* --- split states, cached by the step's structure.  A state says, for one
+ * step shape, what each part moves: rows of the hidden state across a
+ * layer boundary, elements of each all-reduce.  SPLIT_CACHE_WAYS states
+ * are kept (prefill chunk, decode, verify alternate without rebuilds), the
+ * least recently used replaced.  The generation counts memory changes: a
+ * state, and a graph captured with it, belongs to the generation it was
+ * built in, and one of an older generation is rebuilt, never replayed. */
+typedef struct split_shape {
+    int64_t n_tok, max_kv, all_rows;
+} split_shape;
+
+typedef struct split_state {
+    uint64_t key, generation, last_use;
+    split_shape shape;
+    int64_t boundary_floats;     /* layer split: floats of x copied per boundary */
+    int64_t reduce_floats;       /* tensor split: floats per all-reduce */
+    int n_part;
+} split_state;
+
+typedef struct split_cache {
+    split_state way[SPLIT_CACHE_WAYS];
+    int n;
+    uint64_t clock, generation;
+    uint64_t hits, builds, evictions;
+} split_cache;
+
+/* The state of this shape under plan (built, possibly replacing the least
+ * recently used, when absent or of an older generation). */
+const split_state *split_cache_get(split_cache *c, const split_plan *plan, int64_t n_embd, const split_shape *sh);
+
+/* Memory a captured graph may point into was freed or regrown: every
+ * state and graph of earlier generations is stale. */
+void split_cache_bump(split_cache *c);
+
+#endif
