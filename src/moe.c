@@ -51,6 +51,23 @@ static size_t widest_act_row(const model_weights *w, const arch_role *roles, int
     return widest;
 }
 
+static bool same_format(uint32_t a, uint32_t b)
+{
+    return quant_traits_of(a)->vec_dot_type == quant_traits_of(b)->vec_dot_type;
+}
+
+/* Whether some layer's expert gate and up matrices read their input in
+ * different formats (then the gathered inputs need a copy for each). */
+static bool gate_up_formats_differ(const model_weights *w)
+{
+    for (uint32_t l = 0; l < w->hp.n_layer; l++) {
+        const wtensor *gate = &w->layer[l].w[W_MOE_GATE], *up = &w->layer[l].w[W_MOE_UP];
+        if (gate->data != NULL && up->data != NULL && !same_format(gate->type, up->type))
+            return true;
+    }
+    return false;
+}
+
 static hydra_status add_width(moe_scratch *s, const model_weights *w, int64_t width)
 {
     if (width == 0)
@@ -86,7 +103,7 @@ hydra_status moe_scratch_init(moe_scratch *s, const model_weights *w, int64_t ma
     s->group_taken = malloc((size_t)s->n_expert + 1);
     s->order = malloc(sizeof(int32_t) * rows);
     s->start = malloc(sizeof(int32_t) * (size_t)(s->n_expert + 2));
-    s->gathered = malloc(gathered_row * rows);
+    s->gathered = malloc(gathered_row * rows * (gate_up_formats_differ(w) ? 2 : 1));
     s->h_gate = malloc(sizeof(float) * rows * (size_t)ff_max);
     s->h_up = malloc(sizeof(float) * rows * (size_t)ff_max);
     s->y = malloc(sizeof(float) * rows * hp->n_embd);
@@ -272,13 +289,13 @@ static void group_by_expert(moe_scratch *s, const moe_route *routes, int64_t n_r
         s->order[s->start[routes[i].expert + 1]++] = (int32_t)i;
 }
 
-/* Copies the converted rows of the routes' tokens next to each other. */
-static const uint8_t *gather(moe_scratch *s, const uint8_t *rows, size_t stride, const moe_route *routes,
+/* Copies the converted rows of the routes' tokens next to each other, at dst. */
+static const uint8_t *gather(uint8_t *dst, const uint8_t *rows, size_t stride, const moe_route *routes,
                              const int32_t *idx, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        memcpy(s->gathered + (size_t)i * stride, rows + (size_t)routes[idx[i]].token * stride, stride);
-    return s->gathered;
+        memcpy(dst + (size_t)i * stride, rows + (size_t)routes[idx[i]].token * stride, stride);
+    return dst;
 }
 
 /* Row e of a per-expert bias (ne {width, n_expert}); NULL when unbound. */
@@ -328,85 +345,91 @@ static void ffn_in(thread_pool *pool, const wtensor *w, const uint8_t *w_data, c
     add_bias(out, bias, n, w->ne[1]);
 }
 
-static bool same_format(uint32_t a, uint32_t b)
+/* The experts of one layer, in two passes over the experts that some route
+ * chose: first those chosen by several rows, then those chosen by one. */
+enum { MULTI_ROW, SINGLE_ROW };
+
+static bool in_pass(int pass, int64_t n_rows)
 {
-    return quant_traits_of(a)->vec_dot_type == quant_traits_of(b)->vec_dot_type;
+    return n_rows > 0 && (pass == MULTI_ROW) == (n_rows > 1);
 }
 
-/* Experts chosen by one row each: the gate and up products of all of them
- * in one parallel region, their down products in another (matvec_batch,
- * bit-identical to matvec), their hidden rows packed at the front of
- * h_gate/h_up.  In a step of several sequences (hydra-serve's decode) the
- * tokens mostly choose different experts: per-expert products cost four
- * regions per expert (gate, up, the hidden rows' conversion, down), each
- * ending in a barrier that waits for a descheduled worker on a busy
- * machine; here a layer's single-row experts cost three. */
-static void experts_single(thread_pool *pool, moe_scratch *s, const layer_weights *lw, const moe_route *routes,
-                           const uint8_t *xg, size_t sg, const uint8_t *xu, size_t su)
+/* Adds expert e's bias row (when bound) to its n rows of width at slot. */
+static void add_expert_bias(const wtensor *bias, int e, float *rows, int64_t slot, int64_t n, int64_t width)
 {
-    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP], *down = &lw->w[W_MOE_DOWN];
-    const int64_t ff = down->ne[0], embd = down->ne[1];
-    matvec_item items[2 * s->n_expert];
-    int experts[s->n_expert];
-    int m = 0;
-    for (int e = 0; e < s->n_expert; e++) {
-        if (s->start[e + 1] - s->start[e] != 1)
-            continue;
-        const int32_t token = routes[s->order[s->start[e]]].token;
-        items[2 * m] = (matvec_item){gate->type, gate->data + (size_t)e * gate->mat_bytes, gate->row_bytes,
-                                     gate->ne[1], gate->ne[0], xg + (size_t)token * sg, s->h_gate + m * ff};
-        items[2 * m + 1] = (matvec_item){up->type, up->data + (size_t)e * up->mat_bytes, up->row_bytes, up->ne[1],
-                                         up->ne[0], xu + (size_t)token * su, s->h_up + m * ff};
-        experts[m++] = e;
-    }
-    if (m == 0)
-        return;
-    matvec_batch(pool, items, 2 * m);
-    for (int k = 0; k < m; k++) {
-        add_bias(s->h_gate + k * ff, expert_bias(&lw->w[W_MOE_GATE_BIAS], experts[k]), 1, ff);
-        add_bias(s->h_up + k * ff, expert_bias(&lw->w[W_MOE_UP_BIAS], experts[k]), 1, ff);
-    }
-    activate(s, m * ff);
-    act_set *h = hidden_for(s, ff);
-    act_bind(h, s->h_gate, m);
-    size_t stride;
-    const uint8_t *hq = act_for(h, pool, down->type, &stride);
-    for (int k = 0; k < m; k++)
-        items[k] = (matvec_item){down->type, down->data + (size_t)experts[k] * down->mat_bytes, down->row_bytes,
-                                 down->ne[1], ff, hq + (size_t)k * stride, s->y + (size_t)s->start[experts[k]] * embd};
-    matvec_batch(pool, items, m);
-    for (int k = 0; k < m; k++)
-        add_bias(s->y + (size_t)s->start[experts[k]] * embd, expert_bias(&lw->w[W_MOE_DOWN_BIAS], experts[k]), 1,
-                 embd);
+    add_bias(rows + slot * width, expert_bias(bias, e), n, width);
 }
 
-/* One matrix-matrix product per expert chosen by several rows, over those
- * rows (the type's multi-token kernel reads each weight block once for
- * all of them), then the single-row experts together; outputs land in
- * s->y by slot, the route's place in the grouped order. */
-static void experts_grouped(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x,
-                            const moe_route *routes)
+/* The gate and up products of every chosen expert in one parallel region
+ * (matmul_batch), multi-row experts first, as its front-and-back schedule
+ * wants: an expert chosen by several rows multiplies their gathered inputs
+ * with each weight block read once; one chosen by one row reads its token's
+ * input in place.  Hidden rows land in h_gate/h_up by slot (the route's
+ * place in the grouped order). */
+static void experts_in(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x,
+                       const moe_route *routes, int64_t n_routes)
 {
-    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP], *down = &lw->w[W_MOE_DOWN];
-    const int64_t embd = down->ne[1];
+    const wtensor *gate = &lw->w[W_MOE_GATE], *up = &lw->w[W_MOE_UP];
+    const int64_t ff = gate->ne[1];
     size_t sg, su;
     const uint8_t *xg = act_for(x, pool, gate->type, &sg);
     const uint8_t *xu = act_for(x, pool, up->type, &su);
+    const bool one_input = same_format(gate->type, up->type);
+    uint8_t *gathered_up = s->gathered + (size_t)n_routes * sg; /* moe_scratch_init sized it when formats differ */
+    matmul_item items[2 * s->n_expert];
+    int n_items = 0;
+    for (int pass = MULTI_ROW; pass <= SINGLE_ROW; pass++)
+        for (int e = 0; e < s->n_expert; e++) {
+            const int64_t slot = s->start[e], n = s->start[e + 1] - slot;
+            if (!in_pass(pass, n))
+                continue;
+            const int32_t *idx = &s->order[slot];
+            const uint8_t *in_g, *in_u;
+            if (n == 1) {
+                in_g = xg + (size_t)routes[idx[0]].token * sg;
+                in_u = xu + (size_t)routes[idx[0]].token * su;
+            } else {
+                in_g = gather(s->gathered + (size_t)slot * sg, xg, sg, routes, idx, n);
+                in_u = one_input ? in_g : gather(gathered_up + (size_t)slot * su, xu, su, routes, idx, n);
+            }
+            items[n_items++] = (matmul_item){gate->type, gate->data + (size_t)e * gate->mat_bytes, gate->row_bytes,
+                                             ff, gate->ne[0], in_g, sg, n, s->h_gate + slot * ff, (size_t)ff};
+            items[n_items++] = (matmul_item){up->type, up->data + (size_t)e * up->mat_bytes, up->row_bytes,
+                                             up->ne[1], up->ne[0], in_u, su, n, s->h_up + slot * ff, (size_t)ff};
+        }
+    matmul_batch(pool, items, n_items);
     for (int e = 0; e < s->n_expert; e++) {
-        const int32_t *idx = &s->order[s->start[e]];
-        const int64_t n = s->start[e + 1] - s->start[e];
-        if (n < 2)
-            continue;
-        ffn_in(pool, gate, gate->data + (size_t)e * gate->mat_bytes, expert_bias(&lw->w[W_MOE_GATE_BIAS], e),
-               gather(s, xg, sg, routes, idx, n), sg, n, s->h_gate);
-        /* up reuses the gathered rows unless its activation format differs */
-        const uint8_t *in_up = same_format(gate->type, up->type) ? s->gathered : gather(s, xu, su, routes, idx, n);
-        ffn_in(pool, up, up->data + (size_t)e * up->mat_bytes, expert_bias(&lw->w[W_MOE_UP_BIAS], e), in_up, su, n,
-               s->h_up);
-        ffn_out(pool, s, down, down->data + (size_t)e * down->mat_bytes, expert_bias(&lw->w[W_MOE_DOWN_BIAS], e), n,
-                s->y + (size_t)s->start[e] * embd);
+        const int64_t slot = s->start[e], n = s->start[e + 1] - slot;
+        add_expert_bias(&lw->w[W_MOE_GATE_BIAS], e, s->h_gate, slot, n, ff);
+        add_expert_bias(&lw->w[W_MOE_UP_BIAS], e, s->h_up, slot, n, ff);
     }
-    experts_single(pool, s, lw, routes, xg, sg, xu, su);
+}
+
+/* The down products of every chosen expert in one region, after the
+ * activation and one conversion of all hidden rows; outputs land in s->y
+ * by slot. */
+static void experts_out(thread_pool *pool, moe_scratch *s, const layer_weights *lw, int64_t n_routes)
+{
+    const wtensor *down = &lw->w[W_MOE_DOWN];
+    const int64_t ff = down->ne[0], embd = down->ne[1];
+    activate(s, n_routes * ff);
+    act_set *h = hidden_for(s, ff);
+    act_bind(h, s->h_gate, n_routes);
+    size_t stride;
+    const uint8_t *hq = act_for(h, pool, down->type, &stride);
+    matmul_item items[s->n_expert];
+    int n_items = 0;
+    for (int pass = MULTI_ROW; pass <= SINGLE_ROW; pass++)
+        for (int e = 0; e < s->n_expert; e++) {
+            const int64_t slot = s->start[e], n = s->start[e + 1] - slot;
+            if (in_pass(pass, n))
+                items[n_items++] = (matmul_item){down->type, down->data + (size_t)e * down->mat_bytes,
+                                                 down->row_bytes, embd, ff, hq + (size_t)slot * stride, stride, n,
+                                                 s->y + slot * embd, (size_t)embd};
+        }
+    matmul_batch(pool, items, n_items);
+    for (int e = 0; e < s->n_expert; e++)
+        add_expert_bias(&lw->w[W_MOE_DOWN_BIAS], e, s->y, s->start[e], s->start[e + 1] - s->start[e], embd);
 }
 
 void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act_set *x, const moe_route *routes,
@@ -414,7 +437,8 @@ void moe_experts(thread_pool *pool, moe_scratch *s, const layer_weights *lw, act
 {
     const int64_t embd = lw->w[W_MOE_DOWN].ne[1];
     group_by_expert(s, routes, n_routes);
-    experts_grouped(pool, s, lw, x, routes);
+    experts_in(pool, s, lw, x, routes, n_routes);
+    experts_out(pool, s, lw, n_routes);
     /* Slots run in expert order, so each token's sum is in ascending expert
      * id whatever the order of the routes. */
     for (int64_t slot = 0; slot < n_routes; slot++) {

@@ -60,7 +60,7 @@ typedef struct moe_scratch {
     uint8_t *group_taken;
     int32_t *order;    /* route indices grouped by expert */
     int32_t *start;    /* n_expert + 1: each expert's first entry in order */
-    uint8_t *gathered; /* max_rows rows of the FFN input, in an expert's format */
+    uint8_t *gathered; /* max_rows rows of the FFN input, in an expert's format (twice when gate and up differ) */
     float *h_gate;     /* max_rows x widest FFN */
     float *h_up;
     float *y;          /* max_rows x n_embd: one FFN output per row (per route, in grouped order) */

@@ -24,23 +24,30 @@ void matmul_quantize_act(uint32_t wtype, const float *x, void *x_q, int64_t n);
 void matvec(thread_pool *pool, uint32_t wtype, const void *w, size_t row_stride, int64_t n_rows, int64_t n,
             const void *x_q, float *y);
 
-/* One product of a batch: y[r] = W[r] . x for r < n_rows (as matvec). */
-typedef struct matvec_item {
+/* One product of a batch: Y[t][r] = W[r] . X[t] for r < n_rows and
+ * t < n_tok (as matmul; n_tok 1 is a matrix-vector product, x_stride and
+ * y_stride then unused). */
+typedef struct matmul_item {
     uint32_t wtype;
     const void *w;
     size_t row_stride;
     int64_t n_rows, n;
-    const void *x_q; /* in wtype's vec_dot_type */
-    float *y;
-} matvec_item;
+    const void *x_q;  /* n_tok rows in wtype's vec_dot_type, x_stride bytes apart */
+    size_t x_stride;
+    int64_t n_tok;
+    float *y;         /* n_tok rows of n_rows, y_stride floats apart */
+    size_t y_stride;
+} matmul_item;
 
 /* The independent products items[0..n_items) in one parallel region: the
- * row chunks of all items are claimed in order from one counter, so the
- * threads stream one matrix after another with no barrier between them
- * (decode's Q/K/V, or the gate and up matrices of every selected expert).
- * No item's output may be another's input.  Each y[r] is bit-identical to
- * matvec's. */
-void matvec_batch(thread_pool *pool, const matvec_item *items, int n_items);
+ * row chunks of all items are claimed from one counter, so the threads
+ * stream one matrix after another with no barrier between them (decode's
+ * Q/K/V, or the gate and up matrices of every selected expert, whatever
+ * the number of rows that chose each).  Even threads work from the first
+ * item on, odd threads from the last item back (matmul.c says why: put
+ * multi-token items first).  No item's output may be another's input.
+ * Each output is bit-identical to matvec's or matmul's of its item. */
+void matmul_batch(thread_pool *pool, const matmul_item *items, int n_items);
 
 /* Y[t][r] = W[r] . X[t] for t in [0, n_tok); X rows x_stride bytes apart (in
  * vec_dot_type), Y rows y_stride floats apart. */
