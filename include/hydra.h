@@ -279,6 +279,19 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *session, const int32_t 
 HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *sessions, const int32_t *const *tokens,
                                                 const size_t *n_tokens, size_t n_sessions);
 
+/* hydra_session_eval_batch, keeping every row's logits of the sessions
+ * that ask for them (a speculative verify pass beside other sessions'
+ * decode rows and prompt chunks, in the same forward pass).  rows: NULL
+ * (= hydra_session_eval_batch), or one pointer per session: NULL keeps
+ * only that session's last logits, else room for n_tokens[i] x n_vocab
+ * floats that receives the logits of every one of its rows, row t for
+ * tokens[i][t], the same logits as hydra_session_eval(sessions[i],
+ * tokens[i], n_tokens[i], rows[i]) alone.  Every session's last logits
+ * are kept as well.  Same checks and failures as hydra_session_eval_batch. */
+HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *sessions, const int32_t *const *tokens,
+                                                       const size_t *n_tokens, size_t n_sessions,
+                                                       float *const *rows);
+
 /* Evaluates one token (decode); same as hydra_session_eval(s, &token, 1, NULL). */
 HYDRA_API hydra_status hydra_session_decode(hydra_session *session, int32_t token);
 
@@ -707,6 +720,17 @@ HYDRA_API void hydra_spec_free(hydra_spec *spec);
  * penalty window to the prompt.  HYDRA_ERR_RANGE when n is 0 or more than
  * the target's context. */
 HYDRA_API hydra_status hydra_spec_start(hydra_spec *spec, const hydra_token *prompt, size_t n);
+
+/* hydra_spec_start for a caller that evaluated the prompt on the target
+ * itself (a server's batched prefill): the target must hold exactly
+ * tokens[0, n - 1) (HYDRA_ERR_INVALID_ARG otherwise); tokens[n - 1] is
+ * pending.  Nothing is evaluated: the draft session keeps the prefix it
+ * holds of tokens and catches up at the next draft.  sampling: new
+ * parameters (a new request's), or NULL to keep the decoder's; the
+ * acceptance stream restarts from its seed and the penalty window is
+ * tokens. */
+HYDRA_API hydra_status hydra_spec_restart(hydra_spec *spec, const hydra_sampler_params *sampling,
+                                          const hydra_token *tokens, size_t n);
 
 /* One draft + verify step: writes 1 .. min(max_tokens, n_draft_max + 1)
  * generated tokens to out[] (*n_out of them).  HYDRA_ERR_RANGE when the

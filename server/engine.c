@@ -8,7 +8,10 @@
  *   3. one step: the sampled token of every generating slot plus chunks of
  *      the prompts being read, oldest first, up to -b tokens in all,
  *      evaluated in one forward pass (hydra_session_eval_batch); then
- *      every slot that has new logits samples.
+ *      every slot that has new logits samples.  With a draft model (-md)
+ *      a generating slot first drafts with its own draft session, and its
+ *      verify rows (pending token + drafts) take its place in the same
+ *      pass, every row's logits kept; then it accepts (slot.c).
  *
  * Slots are touched only by this thread.  The lock guards the waiting
  * queue, the stop flag and the snapshot that /slots and /metrics read.
@@ -26,11 +29,13 @@
 
 enum { DEFAULT_SLOT_CTX = 4096 };
 
-/* One slot's share of a step: tokens at its next positions. */
+/* One slot's share of a step: tokens at its next positions; rows: NULL,
+ * or where every row's logits go (a verify pass). */
 typedef struct step_item {
     slot *s;
     const hydra_token *tokens;
     size_t n;
+    float *rows;
 } step_item;
 
 typedef struct slot_view {
@@ -54,6 +59,7 @@ struct engine {
     char error[512];
     /* after loading: read-only */
     hydra_model *model;
+    hydra_model *draft_model; /* -md; NULL: none */
     hydra_chat_template *tmpl;
     char tmpl_why[512];
     toolcall_format tool_format;
@@ -168,9 +174,38 @@ static bool warm_up(engine *e, slot *s)
     const hydra_token bos = hydra_token_bos(e->model);
     for (int i = 0; i < n; i++)
         rows[i] = bos >= 0 ? bos : 0;
-    const bool ok = hydra_session_eval(s->session, rows, (size_t)n, NULL) == HYDRA_OK;
+    bool ok = hydra_session_eval(s->session, rows, (size_t)n, NULL) == HYDRA_OK;
     hydra_session_clear(s->session);
+    if (ok && s->draft != NULL)
+        ok = hydra_session_eval(s->draft, rows, (size_t)n, NULL) == HYDRA_OK;
+    hydra_session_clear(s->draft);
     return ok;
+}
+
+/* -md: the draft model, which must share the model's vocabulary, and a
+ * draft session and decoder per slot (same context and batch as the slot). */
+static bool load_draft(engine *e, const hydra_session_params *sp)
+{
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = e->o->draft_path;
+    mp.progress = keep_loading;
+    mp.progress_user = e;
+    hydra_status st = hydra_model_open(&e->draft_model, &mp);
+    if (st == HYDRA_OK)
+        st = hydra_spec_check_vocab(e->model, e->draft_model);
+    if (st != HYDRA_OK) {
+        snprintf(e->error, sizeof e->error, "-md %s: %s", e->o->draft_path, hydra_last_error());
+        return false;
+    }
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = e->o->spec_n_max;
+    pp.p_min = e->o->spec_p_min;
+    for (int i = 0; i < e->n_slots; i++)
+        if (slot_init_spec(&e->slots[i], e->draft_model, sp, &pp) != HYDRA_OK) {
+            snprintf(e->error, sizeof e->error, "-md %s: slot %d: %s", e->o->draft_path, i, hydra_last_error());
+            return false;
+        }
+    return true;
 }
 
 static bool load(engine *e)
@@ -206,7 +241,14 @@ static bool load(engine *e)
     sp.n_batch = (uint32_t)e->o->n_batch;
     sp.n_threads = e->o->n_threads;
     for (int i = 0; i < e->n_slots; i++)
-        if (slot_init(&e->slots[i], i, e->model, &sp) != HYDRA_OK || !warm_up(e, &e->slots[i])) {
+        if (slot_init(&e->slots[i], i, e->model, &sp) != HYDRA_OK) {
+            snprintf(e->error, sizeof e->error, "slot %d of %u positions: %s", i, e->slot_ctx, hydra_last_error());
+            return false;
+        }
+    if (e->o->draft_path != NULL && !load_draft(e, &sp))
+        return false;
+    for (int i = 0; i < e->n_slots; i++)
+        if (!warm_up(e, &e->slots[i])) {
             snprintf(e->error, sizeof e->error, "slot %d of %u positions: %s", i, e->slot_ctx, hydra_last_error());
             return false;
         }
@@ -400,7 +442,24 @@ static slot *oldest_prefill(engine *e, const bool *taken)
     return best;
 }
 
-/* The step's items: one token of every generating slot, then what is left
+/* Every generating slot with a decoder drafts its verify rows (a slot
+ * whose drafting fails is finished with an error and leaves the step). */
+static void draft_all(engine *e)
+{
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_GENERATE && s->spec != NULL)
+            slot_draft(s, &e->ob);
+    }
+}
+
+/* Rows of a generating slot in the step: its verify pass, or its token. */
+static size_t generate_rows(const slot *s)
+{
+    return s->spec != NULL ? s->n_verify : 1;
+}
+
+/* The step's items: the rows of every generating slot, then what is left
  * of the -b budget in prompt chunks, oldest prompt first.  Items are in
  * slot order, so the lowest active slot leads the batch (its threads and
  * buffers run it): a steady leader keeps one session's buffers warm. */
@@ -412,8 +471,8 @@ static int gather(engine *e)
     size_t budget = (size_t)e->o->n_batch < e->slot_ctx ? (size_t)e->o->n_batch : e->slot_ctx;
     for (int i = 0; i < e->n_slots; i++) {
         taken[i] = e->slots[i].state == SLOT_GENERATE;
-        take[i] = taken[i];
-        budget -= take[i]; /* -b >= -np and a slot's context >= 1: never below zero */
+        take[i] = taken[i] ? generate_rows(&e->slots[i]) : 0;
+        budget -= take[i]; /* -b >= -np x rows per slot (flags.c), a context >= the rows: never below zero */
     }
     slot *s;
     while (budget > 0 && (s = oldest_prefill(e, taken)) != NULL) {
@@ -424,31 +483,40 @@ static int gather(engine *e)
     int n = 0;
     for (int i = 0; i < e->n_slots; i++) {
         s = &e->slots[i];
+        const bool verify = s->state == SLOT_GENERATE && s->spec != NULL;
         if (take[i] > 0)
-            e->items[n++] = (step_item){s, s->state == SLOT_GENERATE ? &s->next : s->feed, take[i]};
+            e->items[n++] = (step_item){s, verify ? s->verify : s->state == SLOT_GENERATE ? &s->next : s->feed,
+                                        take[i], verify ? s->rows : NULL};
     }
     return n;
 }
 
 /* Evaluates every item at its slot's next positions, all in one forward
- * pass (hydra_session_eval_batch: each weight matrix is read once for the
- * step); the status is the batch's. */
+ * pass (hydra_session_eval_batch_logits: each weight matrix is read once
+ * for the step; verify passes get every row's logits); the status is the
+ * batch's. */
 static hydra_status evaluate(engine *e, int n)
 {
     hydra_session *sessions[n];
     const int32_t *tokens[n];
     size_t counts[n];
+    float *rows[n];
     for (int i = 0; i < n; i++) {
         sessions[i] = e->items[i].s->session;
         tokens[i] = e->items[i].tokens;
         counts[i] = e->items[i].n;
+        rows[i] = e->items[i].rows;
     }
-    return hydra_session_eval_batch(sessions, tokens, counts, (size_t)n);
+    return hydra_session_eval_batch_logits(sessions, tokens, counts, (size_t)n, rows);
 }
 
 static void after_eval(engine *e, const step_item *it)
 {
     slot *s = it->s;
+    if (it->rows != NULL) {
+        slot_verified_step(s, e->model, &e->ob); /* appends what it keeps to the cache */
+        return;
+    }
     cache_append(s, it->tokens, it->n);
     if (s->state == SLOT_PREFILL) {
         s->feed += it->n;
@@ -469,6 +537,7 @@ static void after_eval(engine *e, const step_item *it)
 
 static void step(engine *e)
 {
+    draft_all(e);
     const int n = gather(e);
     if (n == 0)
         return;
@@ -590,6 +659,7 @@ void engine_stop(engine *e)
     free(e->items);
     free(e->view);
     hydra_chat_template_free(e->tmpl);
+    hydra_model_close(e->draft_model);
     hydra_model_close(e->model);
     uv_close((uv_handle_t *)&e->loaded_async, on_handle_closed);
     e->ob.async.data = e;

@@ -187,6 +187,12 @@ static const flag flags[] = {
      "folder for POST /slots/{id}?action=save|restore (off by default)"},
     {"--metrics", NULL, parse_switch, OFF(metrics), 0, 0, "answer GET /metrics (Prometheus text)"},
     {"-v --verbose", NULL, parse_switch, OFF(verbose), 0, 0, "log every request on stderr"},
+    {"-md --model-draft", "FILE", parse_string, OFF(draft_path), 0, 0,
+     "a draft model of the same vocabulary: every slot decodes speculatively (docs/SPECULATIVE.md)"},
+    {"--spec-draft-n-max --draft-max --draft-n", "N", parse_int, OFF(spec_n_max), 1, 256,
+     "with -md: most tokens drafted per step; each generating slot takes N + 1 rows of a step (default 16)"},
+    {"--spec-draft-p-min --draft-p-min", "P", parse_float, OFF(spec_p_min), 0, 1,
+     "with -md: drafting stops when the draft's most probable token has less (default 0.75)"},
     {"--temp", "T", parse_float, SAMPLING(temperature), 0, 2, "default temperature (0.8)"},
     {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, "default top-k (40; 0: off)"},
     {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, "default top-p (0.95)"},
@@ -213,6 +219,8 @@ void serve_opts_init(serve_opts *o)
         .timeout_s = 600,
         .max_queue = 64,
         .max_body = 8 << 20,
+        .spec_n_max = hydra_spec_default_params().n_draft_max,
+        .spec_p_min = hydra_spec_default_params().p_min,
         .sampling = hydra_sampler_default_params(),
         .seed = -1,
     };
@@ -266,6 +274,13 @@ int serve_parse_args(int argc, char **argv, serve_opts *o)
     }
     if (o->n_batch < o->n_parallel) {
         serve_log("-b %d: at least -np (%d), so every generating slot fits in a step", o->n_batch, o->n_parallel);
+        return -1;
+    }
+    /* a verify pass is spec_n_max + 1 rows of one slot, all slots' in one step */
+    if (o->draft_path != NULL && (long long)o->n_batch < (long long)o->n_parallel * (o->spec_n_max + 1)) {
+        serve_log("-b %d: with -md, at least -np x (--spec-draft-n-max + 1) = %d x %d = %d, so every generating "
+                  "slot's verify rows fit in a step", o->n_batch, o->n_parallel, o->spec_n_max + 1,
+                  o->n_parallel * (o->spec_n_max + 1));
         return -1;
     }
     return 0;

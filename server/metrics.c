@@ -33,6 +33,7 @@ enum { N_FINISH = sizeof finish_names / sizeof finish_names[0] };
 static struct {
     pthread_mutex_t lock;
     unsigned long long prompt_tokens, cached_tokens, cache_hits, generated;
+    unsigned long long drafted, accepted, verify_passes;
     unsigned long long finished[N_FINISH];
     histogram ttft, itl;
 } m = {
@@ -86,6 +87,15 @@ void metrics_finished(finish_kind finish)
     pthread_mutex_unlock(&m.lock);
 }
 
+void metrics_spec(int n_drafted, int n_accepted)
+{
+    pthread_mutex_lock(&m.lock);
+    m.drafted += (unsigned long long)n_drafted;
+    m.accepted += (unsigned long long)n_accepted;
+    m.verify_passes++;
+    pthread_mutex_unlock(&m.lock);
+}
+
 static bool family(sbuf *out, const char *name, const char *type, const char *help)
 {
     return sbuf_addf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -125,6 +135,12 @@ bool metrics_render(sbuf *out, const metrics_gauges *g)
               scalar(out, "hydra:prompt_cache_hits_total", "counter", "Requests that reused a cached prefix.",
                      (double)m.cache_hits) &&
               scalar(out, "hydra:tokens_generated_total", "counter", "Tokens generated.", (double)m.generated) &&
+              scalar(out, "hydra:spec_draft_tokens_total", "counter", "Tokens drafted by the draft model (-md).",
+                     (double)m.drafted) &&
+              scalar(out, "hydra:spec_accepted_tokens_total", "counter", "Drafted tokens the verify passes kept.",
+                     (double)m.accepted) &&
+              scalar(out, "hydra:spec_verify_passes_total", "counter", "Speculative verify passes (one per slot "
+                     "and step).", (double)m.verify_passes) &&
               family(out, "hydra:requests_finished_total", "counter", "Generation requests finished, by reason.");
     for (int f = FINISH_STOP; f < N_FINISH && ok; f++)
         ok = sbuf_addf(out, "hydra:requests_finished_total{reason=\"%s\"} %llu\n", finish_names[f], m.finished[f]);

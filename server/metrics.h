@@ -13,6 +13,7 @@ void metrics_prompt(int n_evaluated, int n_cached);
 void metrics_first_token(double seconds); /* time to first token, from the request's arrival */
 void metrics_next_token(double seconds);  /* time since the slot's previous token */
 void metrics_finished(finish_kind finish);
+void metrics_spec(int n_drafted, int n_accepted); /* one verify pass of a slot (-md) */
 
 typedef struct metrics_gauges {
     int running, waiting;

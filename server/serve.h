@@ -52,6 +52,9 @@ typedef struct serve_opts {
     bool metrics;               /* --metrics: /metrics answers */
     bool verbose;               /* -v: one line per request on stderr */
     bool help;
+    const char *draft_path;     /* -md: a draft model for speculative decoding; NULL: none */
+    int spec_n_max;             /* --spec-draft-n-max: most drafts per step */
+    float spec_p_min;           /* --spec-draft-p-min: drafting stops below this confidence */
     hydra_sampler_params sampling; /* request defaults */
     long long seed;             /* -s; -1: a fresh seed per request */
 } serve_opts;

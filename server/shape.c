@@ -128,7 +128,9 @@ static cJSON *timings_object(const task_out *out)
         !cJSON_AddNumberToObject(o, "predicted_n", t->n_predicted) ||
         !cJSON_AddNumberToObject(o, "predicted_ms", t->predicted_ms) ||
         !cJSON_AddNumberToObject(o, "predicted_per_token_ms", n_gen > 0 ? t->predicted_ms / n_gen : 0) ||
-        !cJSON_AddNumberToObject(o, "predicted_per_second", per_second(n_gen, t->predicted_ms))) {
+        !cJSON_AddNumberToObject(o, "predicted_per_second", per_second(n_gen, t->predicted_ms)) ||
+        (t->speculative && (!cJSON_AddNumberToObject(o, "draft_n", t->draft_n) ||
+                            !cJSON_AddNumberToObject(o, "draft_n_accepted", t->draft_n_accepted)))) {
         cJSON_Delete(o);
         return NULL;
     }

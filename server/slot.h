@@ -73,10 +73,36 @@ typedef struct slot {
     stop_filter stop;
     task_out result;         /* timings so far, handed over at the end */
     double t_begin, t_first, t_last;
+    /* speculative decoding (-md; NULL: off): the draft model's session,
+     * the decoder over both sessions (kept between requests, so the draft
+     * keeps its cached prefix too), and this step's verify pass: its
+     * tokens (the decoder's) and every row's logits */
+    hydra_session *draft;
+    hydra_spec *spec;
+    const hydra_token *verify;
+    size_t n_verify;
+    float *rows;             /* (n_draft_max + 1) x n_vocab */
 } slot;
 
 hydra_status slot_init(slot *s, int id, const hydra_model *m, const hydra_session_params *sp);
 void slot_free(slot *s);
+
+/* Gives the slot a draft session of draft_model (parameters dp) and a
+ * speculative decoder with sp; every request it serves then generates
+ * through hydra_spec_draft / the engine's batched verify /
+ * slot_verified_step. */
+hydra_status slot_init_spec(slot *s, const hydra_model *draft_model, const hydra_session_params *dp,
+                            const hydra_spec_params *sp);
+
+/* A generating slot with a decoder: drafts and sets s->verify, n_verify
+ * for the step.  On failure the request is finished with an error (false). */
+bool slot_draft(slot *s, outbox *ob);
+
+/* After the step evaluated s->verify with every row's logits in s->rows:
+ * accepts (hydra_spec_accept), rolls the caches back, and takes the
+ * tokens one by one as slot_sampled_step takes one (text, stop strings,
+ * max_tokens, logprobs of each token's own row). */
+void slot_verified_step(slot *s, const hydra_model *m, outbox *ob);
 
 /* Starts serving t; the slot's cache holds t's first n_cached prompt tokens
  * (cache_choose made it so).  On failure t is finished with an error. */

@@ -63,6 +63,9 @@ typedef struct task_timings {
     int n_predicted;    /* tokens generated */
     double prompt_ms;   /* evaluating the uncached prompt tokens */
     double predicted_ms; /* from the first to the last generated token */
+    bool speculative;   /* the slot drafted (-md): the two counts below are reported */
+    int draft_n;        /* tokens drafted for the request */
+    int draft_n_accepted; /* of them, kept by the verify passes */
 } task_timings;
 
 /* Written by the engine, read by the loop: both under the output lock. */

@@ -494,7 +494,7 @@ void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, con
     /* the rows whose logits are wanted, normed into xn's first rows */
     int64_t n_out = 0, row0 = 0;
     for (int i = 0; i < n_seqs; row0 += seqs[i].n, i++) {
-        const int64_t first = all_rows ? row0 : row0 + seqs[i].n - 1, n = row0 + seqs[i].n - first;
+        const int64_t first = all_rows || seqs[i].all_rows ? row0 : row0 + seqs[i].n - 1, n = row0 + seqs[i].n - first;
         rmsnorm_rows(f->x + first * embd, &w->global[W_OUTPUT_NORM], hp->norm_eps, n, embd, f->xn + n_out * embd);
         n_out += n;
     }
