@@ -14,6 +14,7 @@
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 enum { MAX_BOUNDS = 16 };
+enum { SPEC_MAX_WIDTH = 257 }; /* --spec-draft-n-max 256, plus the pending token */
 
 typedef struct histogram {
     const char *name, *help;
@@ -33,7 +34,9 @@ enum { N_FINISH = sizeof finish_names / sizeof finish_names[0] };
 static struct {
     pthread_mutex_t lock;
     unsigned long long prompt_tokens, cached_tokens, cache_hits, generated;
-    unsigned long long drafted, accepted, verify_passes;
+    unsigned long long drafted, accepted, verify_passes, verify_rows;
+    bool width_seen[SPEC_MAX_WIDTH + 1]; /* verify widths used: one CUDA graph each where graphs apply */
+    int n_widths;
     unsigned long long finished[N_FINISH];
     histogram ttft, itl;
 } m = {
@@ -87,12 +90,17 @@ void metrics_finished(finish_kind finish)
     pthread_mutex_unlock(&m.lock);
 }
 
-void metrics_spec(int n_drafted, int n_accepted)
+void metrics_spec(int n_drafted, int n_accepted, int width)
 {
     pthread_mutex_lock(&m.lock);
     m.drafted += (unsigned long long)n_drafted;
     m.accepted += (unsigned long long)n_accepted;
     m.verify_passes++;
+    m.verify_rows += (unsigned long long)width;
+    if (width >= 0 && width <= SPEC_MAX_WIDTH && !m.width_seen[width]) {
+        m.width_seen[width] = true;
+        m.n_widths++;
+    }
     pthread_mutex_unlock(&m.lock);
 }
 
@@ -141,6 +149,10 @@ bool metrics_render(sbuf *out, const metrics_gauges *g)
                      (double)m.accepted) &&
               scalar(out, "hydra:spec_verify_passes_total", "counter", "Speculative verify passes (one per slot "
                      "and step).", (double)m.verify_passes) &&
+              scalar(out, "hydra:spec_verify_rows_total", "counter", "Rows of the verify passes, padding included.",
+                     (double)m.verify_rows) &&
+              scalar(out, "hydra:spec_verify_widths", "gauge", "Distinct verify widths used since the start (1 in "
+                     "steady state: the width is fixed at --spec-draft-n-max + 1).", m.n_widths) &&
               family(out, "hydra:requests_finished_total", "counter", "Generation requests finished, by reason.");
     for (int f = FINISH_STOP; f < N_FINISH && ok; f++)
         ok = sbuf_addf(out, "hydra:requests_finished_total{reason=\"%s\"} %llu\n", finish_names[f], m.finished[f]);

@@ -13,7 +13,8 @@ void metrics_prompt(int n_evaluated, int n_cached);
 void metrics_first_token(double seconds); /* time to first token, from the request's arrival */
 void metrics_next_token(double seconds);  /* time since the slot's previous token */
 void metrics_finished(finish_kind finish);
-void metrics_spec(int n_drafted, int n_accepted); /* one verify pass of a slot (-md) */
+/* One verify pass of a slot (-md): drafts, of them kept, its rows (padding included). */
+void metrics_spec(int n_drafted, int n_accepted, int width);
 
 typedef struct metrics_gauges {
     int running, waiting;

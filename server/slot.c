@@ -222,7 +222,7 @@ void slot_verified_step(slot *s, const hydra_model *m, outbox *ob)
     const int drafted = (int)(after.n_drafted - before.n_drafted), kept = (int)(after.n_accepted - before.n_accepted);
     s->result.timings.draft_n += drafted;
     s->result.timings.draft_n_accepted += kept;
-    metrics_spec(drafted, kept);
+    metrics_spec(drafted, kept, (int)s->n_verify);
     const size_t base = s->n_tokens;             /* the pending token's position */
     cache_append(s, s->verify, n_out);           /* the pending token and the kept drafts */
     const size_t n_vocab = hydra_session_n_vocab(s->session);

@@ -6,8 +6,8 @@
  * replies without one for several concurrent clients (a model drafting
  * for itself keeps every draft; a coarser quantisation of it is sometimes
  * rejected, so the rollback runs), streaming, max_tokens and stop strings
- * cut as without, the acceptance counters in timings and /metrics, and
- * bad flags refused naming the flag.
+ * cut as without, the acceptance counters in timings and /metrics, one
+ * verify width throughout, and bad flags refused naming the flag.
  */
 #include "server/server_util.h"
 #include "quant.h"
@@ -278,10 +278,11 @@ static const char *coarse_draft(void)
     return path[0] ? path : NULL;
 }
 
-/* Starts a server with draft (and flags), sends the prompts at once and
- * checks the replies against plain[]; *drafted / *kept: the timings' sums. */
+/* Starts a server with draft (and flags, whose --spec-draft-n-max is
+ * n_max), sends the prompts at once and checks the replies against
+ * plain[], the timings' counts against /metrics. */
 static void check_same_replies(test_ctx *t_, const reply plain[N_CLIENTS], const char *draft, const char *flags,
-                               bool all_kept)
+                               int n_max, bool all_kept)
 {
     test_server s;
     char args[1024];
@@ -309,8 +310,13 @@ static void check_same_replies(test_ctx *t_, const reply plain[N_CLIENTS], const
     SCHECK(s, ts_request(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
     const double m_drafted = metric(r.body, "hydra:spec_draft_tokens_total");
     const double m_kept = metric(r.body, "hydra:spec_accepted_tokens_total");
+    const double passes = metric(r.body, "hydra:spec_verify_passes_total");
+    const double rows = metric(r.body, "hydra:spec_verify_rows_total");
+    const double widths = metric(r.body, "hydra:spec_verify_widths");
     ts_resp_free(&r);
     SCHECK(s, m_drafted == drafted && m_kept == kept);
+    /* one verify width throughout (padded), so one graph would serve every pass */
+    SCHECK(s, widths == 1 && passes > 0 && rows == passes * (n_max + 1));
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -323,11 +329,11 @@ TEST(server_spec_greedy_equals_plain_for_concurrent_clients)
     const char *self = ts_model(), *coarse = coarse_draft();
     CHECK(self != NULL && coarse != NULL);
     /* drafting for itself: every draft kept */
-    check_same_replies(TEST_CTX, plain, self, "--spec-draft-n-max 4 --spec-draft-p-min 0", true);
+    check_same_replies(TEST_CTX, plain, self, "--spec-draft-n-max 4 --spec-draft-p-min 0", 4, true);
     /* a Q4_0 copy drafting: some rejected and rolled back; variable widths of drafts */
-    check_same_replies(TEST_CTX, plain, coarse, "--spec-draft-n-max 5 --spec-draft-p-min 0", false);
+    check_same_replies(TEST_CTX, plain, coarse, "--spec-draft-n-max 5 --spec-draft-p-min 0", 5, false);
     /* two slots (requests queue), the other spellings, a p-min (drafting may stop early) */
-    check_same_replies(TEST_CTX, plain, self, "--draft-max 16 --draft-p-min 0.05 -np 2", true);
+    check_same_replies(TEST_CTX, plain, self, "--draft-max 16 --draft-p-min 0.05 -np 2", 16, true);
 }
 
 /* Streams a completion and returns the joined text. */
