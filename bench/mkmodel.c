@@ -41,6 +41,7 @@ static const u32_option u32_options[] = {
     {"--ff", offsetof(synth_params, n_ff), "dense FFN size (feed_forward_length)"},
     {"--vocab", offsetof(synth_params, n_vocab), "vocabulary size (pads with [PADn] tokens)"},
     {"--ctx", offsetof(synth_params, n_ctx), "context length"},
+    {"--nextn", offsetof(synth_params, n_nextn), "MTP (NextN) blocks after the layers (deepseek2; docs/SPECULATIVE.md)"},
     {"--threads", offsetof(synth_params, n_threads), "generating threads (default: all processors)"},
 };
 enum { N_U32_OPTIONS = sizeof u32_options / sizeof u32_options[0] };

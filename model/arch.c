@@ -47,6 +47,13 @@ const arch_tensor_spec arch_tensor_specs[W_COUNT] = {
     [W_MOE_GATE_BIAS] = {"blk.%d.ffn_gate_exps.bias", {D_FF_EXP, D_EXPERT, D_1}, TK_VECTOR},
     [W_MOE_UP_BIAS] = {"blk.%d.ffn_up_exps.bias", {D_FF_EXP, D_EXPERT, D_1}, TK_VECTOR},
     [W_MOE_DOWN_BIAS] = {"blk.%d.ffn_down_exps.bias", {D_EMBD, D_EXPERT, D_1}, TK_VECTOR},
+    /* MTP (NextN) blocks as llama.cpp's gguf-py names them (MODEL_TENSOR.NEXTN_*) */
+    [W_NEXTN_EH_PROJ] = {"blk.%d.nextn.eh_proj.weight", {D_EMBD_2, D_EMBD, D_1}, TK_MATRIX},
+    [W_NEXTN_ENORM] = {"blk.%d.nextn.enorm.weight", {D_EMBD, D_1, D_1}, TK_VECTOR},
+    [W_NEXTN_HNORM] = {"blk.%d.nextn.hnorm.weight", {D_EMBD, D_1, D_1}, TK_VECTOR},
+    [W_NEXTN_SHARED_HEAD_NORM] = {"blk.%d.nextn.shared_head_norm.weight", {D_EMBD, D_1, D_1}, TK_VECTOR},
+    [W_NEXTN_SHARED_HEAD_HEAD] = {"blk.%d.nextn.shared_head_head.weight", {D_EMBD, D_VOCAB, D_1}, TK_MATRIX},
+    [W_NEXTN_EMBED_TOKENS] = {"blk.%d.nextn.embed_tokens.weight", {D_EMBD, D_VOCAB, D_1}, TK_ROWS},
 };
 
 const char *const arch_rope_scaling_names[] = {"none", "linear", "yarn", NULL};

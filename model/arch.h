@@ -130,6 +130,12 @@ typedef enum arch_role {
     W_MOE_GATE_BIAS,  /* per expert */
     W_MOE_UP_BIAS,
     W_MOE_DOWN_BIAS,
+    W_NEXTN_EH_PROJ,          /* MTP block: [enorm(embedding) | hnorm(hidden)] -> the block's input */
+    W_NEXTN_ENORM,            /* RMSNorm gain of the next token's embedding */
+    W_NEXTN_HNORM,            /* RMSNorm gain of the previous position's hidden state */
+    W_NEXTN_SHARED_HEAD_NORM, /* the MTP head's norm (else output_norm) */
+    W_NEXTN_SHARED_HEAD_HEAD, /* the MTP head (else output) */
+    W_NEXTN_EMBED_TOKENS,     /* the MTP block's embedding (else token_embd) */
     W_COUNT
 } arch_role;
 
@@ -158,6 +164,7 @@ typedef enum arch_dim {
     D_KV_A,      /* kv_lora_rank + n_rot: the MLA cache row */
     D_HEAD_NOPE, /* head_dim_k - n_rot */
     D_HEAD_V,    /* head_dim_v */
+    D_EMBD_2,    /* 2 n_embd: an MTP block's concatenated input */
     D_COUNT
 } arch_dim;
 
@@ -185,6 +192,8 @@ typedef enum arch_need {
     NEED_OPTIONAL, /* bound when present */
     NEED_Q_LORA,   /* every layer, when q_lora_rank > 0 */
     NEED_Q_FULL,   /* every layer, when q_lora_rank == 0 */
+    NEED_NEXTN,    /* MTP blocks only (the last nextn_predict_layers blocks) */
+    NEED_NEXTN_OPTIONAL, /* MTP blocks only, bound when present */
 } arch_need;
 
 typedef struct arch_use {

@@ -24,7 +24,10 @@
  *     a converter keeps them, are the last ones of block_count (llama.cpp's
  *     layout: blk.N.nextn.{eh_proj,enorm,hnorm,shared_head_head,
  *     shared_head_norm,embed_tokens} beside the block's usual tensors); the
- *     main pass runs only the blocks before them.
+ *     main pass runs only the blocks before them; src/weights.c binds them
+ *     (eh_proj, enorm, hnorm required, the head's norm and matrix and the
+ *     embedding optional, as llama.cpp loads them) and src/mtp.c drafts
+ *     with the first.
  *
  * Older GGUFs with the unsplit attn_kv_b are refused with a message: their
  * key part would have to be transposed per head (and requantised) to
@@ -73,6 +76,12 @@ static const arch_use tensors[] = {
     {W_SHEXP_GATE, NEED_MOE, NULL},
     {W_SHEXP_UP, NEED_MOE, NULL},
     {W_SHEXP_DOWN, NEED_MOE, NULL},
+    {W_NEXTN_EH_PROJ, NEED_NEXTN, NULL},
+    {W_NEXTN_ENORM, NEED_NEXTN, NULL},
+    {W_NEXTN_HNORM, NEED_NEXTN, NULL},
+    {W_NEXTN_SHARED_HEAD_NORM, NEED_NEXTN_OPTIONAL, NULL},
+    {W_NEXTN_SHARED_HEAD_HEAD, NEED_NEXTN_OPTIONAL, NULL},
+    {W_NEXTN_EMBED_TOKENS, NEED_NEXTN_OPTIONAL, NULL},
 };
 
 /* A GGUF converted before the split stores blk.N.attn_kv_b and no

@@ -135,7 +135,9 @@ void fwd_free(fwd_scratch *f);
 
 /* Evaluates n (1..n_batch) tokens at positions pos0 .. pos0 + n - 1
  * (pos0 + n <= kv->n_ctx; token ids < n_vocab: the caller checked).  With
- * all_rows, logits receives n rows of n_vocab; otherwise the last row only. */
+ * all_rows, logits receives n rows of n_vocab; otherwise the last row only.
+ * Afterwards f->x holds the n rows' final hidden states (the residual
+ * stream before output_norm): the MTP drafter reads them (src/mtp.c). */
 void forward(const model_weights *w, thread_pool *pool, kv_cache *kv, fwd_scratch *f, int64_t pos0,
              const int32_t *tokens, int64_t n, bool all_rows, float *logits);
 
@@ -145,7 +147,6 @@ typedef struct fwd_seq {
     kv_cache *kv;
     const int32_t *tokens;
     int64_t pos0, n;
-    bool all_rows; /* logits of every row of this sequence (a verify pass), not its last only */
 } fwd_seq;
 
 /* forward() for several sequences at once (continuous batching): their
@@ -155,7 +156,7 @@ typedef struct fwd_seq {
  * only on its sequence (the kernels give a row the same bits whatever the
  * other rows), so each sequence gets the logits it would get alone.  With
  * all_rows, logits receives every row; otherwise row i is the last row of
- * sequence i (every row of a sequence whose all_rows is set, in order). */
+ * sequence i. */
 void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs, int n_seqs,
                   bool all_rows, float *logits);
 

@@ -13,6 +13,7 @@
 #include "expert_rank.h"
 #include "hybrid.h"
 #include "quant.h"
+#include "session_hidden.h"
 #include "threads.h"
 #include "weights.h"
 
@@ -39,6 +40,8 @@ struct hydra_session {
     int64_t n_past;
     float *logits; /* n_vocab: the last evaluated position */
     bool have_logits;
+    float *hidden; /* n_batch x n_embd: the last step's final hidden rows (session_keep_hidden); NULL: not kept */
+    int64_t hidden_pos0, hidden_n; /* their positions */
 };
 
 HYDRA_API hydra_session_params hydra_session_default_params(void)
@@ -107,6 +110,7 @@ HYDRA_API void hydra_session_free(hydra_session *s)
     pool_destroy(s->pool);
     weights_free(&s->w);
     free(s->logits);
+    free(s->hidden);
     free(s);
 }
 
@@ -209,6 +213,36 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
     return HYDRA_OK;
 }
 
+/* After a CPU step of n rows: forward() leaves their final hidden states
+ * in f.x (forward.h). */
+static void keep_hidden_rows(hydra_session *s, int64_t n)
+{
+    if (s->hidden == NULL)
+        return;
+    memcpy(s->hidden, s->f.x, sizeof(float) * (size_t)n * s->w.hp.n_embd);
+    s->hidden_pos0 = s->n_past;
+    s->hidden_n = n;
+}
+
+hydra_status session_keep_hidden(hydra_session *s, session_parts *out)
+{
+    if (s->gpu != NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "MTP drafting runs on the CPU backend only: the CUDA session does not "
+                          "hand out its hidden states yet");
+    if (s->hidden == NULL && (s->hidden = malloc(sizeof(float) * (size_t)s->n_batch * s->w.hp.n_embd)) == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "hidden states of %lld rows", (long long)s->n_batch);
+    *out = (session_parts){.w = &s->w, .pool = s->pool, .kv_type = s->kv.type, .n_batch = s->n_batch,
+                           .n_ctx = s->n_ctx, .n_threads = s->n_threads};
+    return HYDRA_OK;
+}
+
+const float *session_hidden_row(const hydra_session *s, int64_t pos)
+{
+    if (s->hidden == NULL || pos < s->hidden_pos0 || pos >= s->hidden_pos0 + s->hidden_n || pos >= s->n_past)
+        return NULL;
+    return s->hidden + (size_t)(pos - s->hidden_pos0) * s->w.hp.n_embd;
+}
+
 HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *tokens, size_t n_tokens, float *logits)
 {
     if (s == NULL || tokens == NULL || n_tokens == 0)
@@ -231,6 +265,7 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *token
                 return st;
         } else {
             forward(&s->w, s->pool, &s->kv, &s->f, s->n_past, tokens + done, n, logits != NULL, out);
+            keep_hidden_rows(s, n);
         }
         s->n_past += n;
         done += (size_t)n;
@@ -282,40 +317,23 @@ static hydra_status check_batch(hydra_session *const *ss, const int32_t *const *
 HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *ss, const int32_t *const *tokens,
                                                 const size_t *n_tokens, size_t n)
 {
-    return hydra_session_eval_batch_logits(ss, tokens, n_tokens, n, NULL);
-}
-
-HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *ss, const int32_t *const *tokens,
-                                                       const size_t *n_tokens, size_t n, float *const *rows)
-{
     hydra_status st = check_batch(ss, tokens, n_tokens, n);
     if (st != HYDRA_OK)
         return st;
     hydra_session *first = ss[0];
     const uint32_t n_vocab = first->w.hp.n_vocab;
-    size_t n_out = 0; /* logits rows the pass computes: every row of a session that asks, else its last */
-    for (size_t i = 0; i < n; i++)
-        n_out += rows != NULL && rows[i] != NULL ? n_tokens[i] : 1;
     fwd_seq *seqs = malloc(sizeof *seqs * n);
-    float *logits = malloc(sizeof(float) * n_vocab * n_out);
+    float *logits = malloc(sizeof(float) * n_vocab * n); /* row i: session i's last token */
     if (seqs == NULL || logits == NULL) {
         free(seqs);
         free(logits);
         return hydra_fail(HYDRA_ERR_NOMEM, "a batch of %zu sessions", n);
     }
     for (size_t i = 0; i < n; i++)
-        seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i],
-                            .all_rows = rows != NULL && rows[i] != NULL};
+        seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i]};
     forward_seqs(&first->w, first->pool, &first->f, seqs, (int)n, false, logits);
-    const float *row = logits;
     for (size_t i = 0; i < n; i++) {
-        if (seqs[i].all_rows) {
-            memcpy(rows[i], row, sizeof(float) * n_vocab * n_tokens[i]);
-            row += (size_t)n_vocab * n_tokens[i];
-        } else {
-            row += n_vocab;
-        }
-        memcpy(ss[i]->logits, row - n_vocab, sizeof(float) * n_vocab);
+        memcpy(ss[i]->logits, logits + i * n_vocab, sizeof(float) * n_vocab);
         ss[i]->n_past += (int64_t)n_tokens[i];
         ss[i]->have_logits = true;
     }

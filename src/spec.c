@@ -14,6 +14,9 @@
  *      else draw from norm(max(0, p - q)) and stop; all kept: a bonus from
  *      the last row;
  *   4. both caches are truncated to the accepted positions.
+ * Without a draft session the model's own MTP block drafts (src/mtp.c):
+ * it catches up on the accepted tokens from the target's hidden states
+ * (the prompt's, then each verify pass's) and chains itself for k > 1.
  * Steps 1 and 3-4 are hydra_spec_draft and hydra_spec_accept, so that a
  * caller can evaluate step 2 itself (a server batching its slots).
  * Everything the step needs is allocated by hydra_spec_new.
@@ -21,6 +24,7 @@
 #include "hydra.h"
 
 #include "error.h"
+#include "mtp.h"
 #include "rng.h"
 
 #include <math.h>
@@ -38,7 +42,8 @@ typedef struct dist {
 } dist;
 
 struct hydra_spec {
-    hydra_session *target, *draft;
+    hydra_session *target, *draft; /* draft NULL: mtp drafts */
+    mtp_drafter *mtp;
     hydra_spec_params p;
     bool greedy;
     int32_t n_vocab;
@@ -104,6 +109,7 @@ HYDRA_API void hydra_spec_free(hydra_spec *s)
 {
     if (s == NULL)
         return;
+    mtp_free(s->mtp);
     hydra_sampler_free(s->target_sampler);
     hydra_sampler_free(s->draft_sampler);
     for (int32_t i = 0; s->q != NULL && i < s->p.n_draft_max; i++) {
@@ -156,12 +162,9 @@ static hydra_status check_new(hydra_session *target, hydra_session *draft, const
 {
     if (target == NULL || sampling == NULL || p == NULL)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_new: a target session, sampling and params are required");
-    if (draft == NULL)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "speculative decoding with the model's own MTP/NextN heads is not "
-                          "built yet: give a draft model (-md)");
     if (draft == target)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_new: the draft must be a session of its own");
-    if (hydra_session_n_vocab(draft) != hydra_session_n_vocab(target))
+    if (draft != NULL && hydra_session_n_vocab(draft) != hydra_session_n_vocab(target))
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "the draft model's output has %u tokens, the target's %u: a draft "
                           "model must share the target's vocabulary", hydra_session_n_vocab(draft),
                           hydra_session_n_vocab(target));
@@ -170,31 +173,6 @@ static hydra_status check_new(hydra_session *target, hydra_session *draft, const
                           SPEC_MAX_DRAFT);
     if (!(p->p_min >= 0.0f && p->p_min <= 1.0f))
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "p_min %g: must be in [0, 1]", (double)p->p_min);
-    return HYDRA_OK;
-}
-
-/* The target's sampler (the caller's parameters and penalty window), the
- * draft's (the same without penalties: the draft never rolls a window
- * back) and the acceptance stream, all from sampling; on failure the old
- * ones stay. */
-static hydra_status set_sampling(hydra_spec *s, const hydra_sampler_params *sampling)
-{
-    hydra_sampler_params dp = *sampling;
-    dp.penalty_last_n = 0;
-    hydra_sampler *target = NULL, *draft = NULL;
-    hydra_status st = hydra_sampler_new(sampling, s->n_vocab, &target);
-    if (st == HYDRA_OK)
-        st = hydra_sampler_new(&dp, s->n_vocab, &draft);
-    if (st != HYDRA_OK) {
-        hydra_sampler_free(target);
-        return st;
-    }
-    hydra_sampler_free(s->target_sampler);
-    hydra_sampler_free(s->draft_sampler);
-    s->target_sampler = target;
-    s->draft_sampler = draft;
-    s->greedy = sampling->temperature <= 0.0f;
-    rng_seed(s->rng, sampling->seed ^ 0x5bec5bec5bec5becu); /* not the sampler's own stream */
     return HYDRA_OK;
 }
 
@@ -211,8 +189,15 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
     hydra_spec *s = calloc(1, sizeof *s);
     if (s == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder");
-    *s = (hydra_spec){.target = target, .draft = draft, .p = *params, .n_vocab = (int32_t)hydra_session_n_vocab(target)};
-    st = set_sampling(s, sampling);
+    *s = (hydra_spec){.target = target, .draft = draft, .p = *params, .greedy = sampling->temperature <= 0.0f,
+                      .n_vocab = (int32_t)hydra_session_n_vocab(target)};
+    hydra_sampler_params dp = *sampling;
+    dp.penalty_last_n = 0;
+    st = hydra_sampler_new(sampling, s->n_vocab, &s->target_sampler);
+    if (st == HYDRA_OK)
+        st = hydra_sampler_new(&dp, s->n_vocab, &s->draft_sampler);
+    if (st == HYDRA_OK && draft == NULL)
+        st = mtp_new(target, &s->mtp);
     if (st == HYDRA_OK && !alloc_buffers(s))
         st = hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder: %d drafts over %d tokens", (int)params->n_draft_max,
                         (int)s->n_vocab);
@@ -220,6 +205,7 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
         hydra_spec_free(s);
         return st;
     }
+    rng_seed(s->rng, sampling->seed ^ 0x5bec5bec5bec5becu); /* not the sampler's own stream */
     *out = s;
     return HYDRA_OK;
 }
@@ -244,6 +230,39 @@ static size_t rewind_to(hydra_session *sess, size_t keep)
     return 0;
 }
 
+/* The target evaluates the prompt but its last token, reusing its first
+ * `same` positions; so does the draft session. */
+static hydra_status start_draft(hydra_spec *s, const hydra_token *prompt, size_t n, size_t same)
+{
+    const size_t keep = rewind_to(s->target, same);
+    rewind_to(s->draft, same);
+    return n - 1 > keep ? hydra_session_eval(s->target, prompt + keep, n - 1 - keep, NULL) : HYDRA_OK;
+}
+
+/* As start_draft, and the MTP drafter follows the target step by step,
+ * since each of its rows reads the target's hidden state of that position
+ * (kept for the last step only).  MTP row i reads token i + 1, so `same`
+ * prompt tokens leave same - 1 rows valid; the target goes back as far,
+ * so that it hands out the states of every row still to compute. */
+static hydra_status start_mtp(hydra_spec *s, const hydra_token *prompt, size_t n, size_t same)
+{
+    size_t keep = same > 0 ? same - 1 : 0;
+    if ((int64_t)keep > mtp_n_rows(s->mtp))
+        keep = (size_t)mtp_n_rows(s->mtp);
+    keep = rewind_to(s->target, keep);
+    mtp_truncate(s->mtp, (int64_t)keep);
+    const size_t step = (size_t)mtp_n_batch(s->mtp);
+    hydra_status st = HYDRA_OK;
+    for (size_t done = keep; st == HYDRA_OK && done < n - 1;) {
+        const size_t len = n - 1 - done < step ? n - 1 - done : step;
+        st = hydra_session_eval(s->target, prompt + done, len, NULL);
+        done += len;
+        if (st == HYDRA_OK)
+            st = mtp_sync(s->mtp, prompt, (int64_t)done);
+    }
+    return st;
+}
+
 HYDRA_API hydra_status hydra_spec_start(hydra_spec *s, const hydra_token *prompt, size_t n)
 {
     if (s == NULL || prompt == NULL)
@@ -255,51 +274,14 @@ HYDRA_API hydra_status hydra_spec_start(hydra_spec *s, const hydra_token *prompt
     while (same < n - 1 && same < s->n_history && s->history[same] == prompt[same])
         same++;
     s->n_history = 0; /* nothing is trusted until the prompt is in */
-    const size_t keep = rewind_to(s->target, same);
-    rewind_to(s->draft, same);
-    if (n - 1 > keep) {
-        hydra_status st = hydra_session_eval(s->target, prompt + keep, n - 1 - keep, NULL);
-        if (st != HYDRA_OK)
-            return st;
-    }
+    hydra_status st = s->mtp ? start_mtp(s, prompt, n, same) : start_draft(s, prompt, n, same);
+    if (st != HYDRA_OK)
+        return st;
     memcpy(s->history, prompt, sizeof *prompt * n);
     s->n_history = n;
     hydra_sampler_reset(s->target_sampler);
-    for (size_t i = 0; i < n; i++) {
-        hydra_status st = hydra_sampler_accept(s->target_sampler, prompt[i]);
-        if (st != HYDRA_OK)
-            return st;
-    }
-    return HYDRA_OK;
-}
-
-HYDRA_API hydra_status hydra_spec_restart(hydra_spec *s, const hydra_sampler_params *sampling,
-                                          const hydra_token *tokens, size_t n)
-{
-    if (s == NULL || tokens == NULL)
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_restart: a decoder and tokens are required");
-    if (n == 0 || n > hydra_session_n_ctx(s->target))
-        return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_restart: %zu tokens (the context holds %u)", n,
-                          hydra_session_n_ctx(s->target));
-    if (hydra_session_n_past(s->target) != n - 1)
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_restart: the target holds %u positions, not the %zu "
-                          "tokens before the pending one", hydra_session_n_past(s->target), n - 1);
-    hydra_status st = sampling != NULL ? set_sampling(s, sampling) : HYDRA_OK;
-    if (st != HYDRA_OK)
-        return st;
-    /* the draft holds a prefix of the old history: keep what it shares */
-    size_t same = 0;
-    while (same < n - 1 && same < s->n_history && s->history[same] == tokens[same])
-        same++;
-    rewind_to(s->draft, same);
-    s->width = 0;
-    memcpy(s->history, tokens, sizeof *tokens * n);
-    s->n_history = n;
-    hydra_sampler_reset(s->target_sampler);
     for (size_t i = 0; i < n && st == HYDRA_OK; i++)
-        st = hydra_sampler_accept(s->target_sampler, tokens[i]);
-    if (st != HYDRA_OK)
-        s->n_history = 0;
+        st = hydra_sampler_accept(s->target_sampler, prompt[i]);
     return st;
 }
 
@@ -346,17 +328,41 @@ static hydra_status candidates(hydra_sampler *sm, const float *logits, int32_t n
     return hydra_sampler_candidates(sm, logits, d->ids, d->probs, (size_t)n_vocab, &d->n);
 }
 
-/* Brings the draft session up to every accepted token (pending included),
- * then proposes up to k tokens; the number proposed. */
+/* The drafter's distribution of the next draft, after it caught up with
+ * every accepted token (pending included); NULL: no prediction (an MTP
+ * drafter before the target holds a position). */
+static hydra_status catch_up(hydra_spec *s, const float **logits)
+{
+    hydra_status st;
+    if (s->mtp != NULL) {
+        st = mtp_sync(s->mtp, s->history, (int64_t)s->n_history - 1);
+        *logits = mtp_logits(s->mtp);
+        return st;
+    }
+    const size_t have = hydra_session_n_past(s->draft);
+    st = hydra_session_eval(s->draft, s->history + have, s->n_history - have, NULL);
+    *logits = hydra_session_logits(s->draft);
+    return st;
+}
+
+/* The drafter takes draft t, for the distribution of the next one. */
+static hydra_status advance(hydra_spec *s, hydra_token t, const float **logits)
+{
+    hydra_status st = s->mtp ? mtp_chain(s->mtp, t) : hydra_session_decode(s->draft, t);
+    *logits = s->mtp ? mtp_logits(s->mtp) : hydra_session_logits(s->draft);
+    return st;
+}
+
+/* Brings the drafter up to every accepted token, then proposes up to k
+ * tokens; the number proposed. */
 static hydra_status draft_tokens(hydra_spec *s, int32_t k, int32_t *n_draft)
 {
     *n_draft = 0;
     if (k == 0)
         return HYDRA_OK;
-    const size_t have = hydra_session_n_past(s->draft);
-    hydra_status st = hydra_session_eval(s->draft, s->history + have, s->n_history - have, NULL);
-    for (int32_t i = 0; st == HYDRA_OK && i < k; i++) {
-        const float *logits = hydra_session_logits(s->draft);
+    const float *logits = NULL;
+    hydra_status st = catch_up(s, &logits);
+    for (int32_t i = 0; st == HYDRA_OK && logits != NULL && i < k; i++) {
         if (s->p.p_min > 0 && top_prob(logits, s->n_vocab) < (double)s->p.p_min)
             break;
         dist *q = &s->q[i];
@@ -368,7 +374,7 @@ static hydra_status draft_tokens(hydra_spec *s, int32_t k, int32_t *n_draft)
         s->q_of_draft[i] = q->probs[pick];
         *n_draft = i + 1;
         if (i + 1 < k)
-            st = hydra_session_decode(s->draft, s->drafts[i]);
+            st = advance(s, s->drafts[i], &logits);
     }
     return st;
 }
@@ -463,7 +469,8 @@ static hydra_status roll_back(hydra_spec *s, size_t n_kept)
     if (st != HYDRA_OK)
         return hydra_fail(st, "rolling back the verify pass: %s (the target's n_batch must be at least "
                           "n_draft_max + 1 = %d)", hydra_last_error(), (int)s->p.n_draft_max + 1);
-    if (hydra_session_n_past(s->draft) > n_kept)
+    /* the MTP drafter drops its chained rows itself (mtp_sync) */
+    if (s->draft != NULL && hydra_session_n_past(s->draft) > n_kept)
         st = hydra_session_truncate(s->draft, (uint32_t)n_kept);
     if (st != HYDRA_OK)
         hydra_session_clear(s->draft); /* catches up from the history next step */
@@ -478,6 +485,7 @@ static void undo_step(hydra_spec *s)
     if (hydra_session_n_past(s->target) > past)
         hydra_session_truncate(s->target, past);
     hydra_session_clear(s->draft);
+    mtp_truncate(s->mtp, (int64_t)past);
     s->width = 0;
 }
 
@@ -497,7 +505,8 @@ HYDRA_API hydra_status hydra_spec_draft(hydra_spec *s, size_t max_tokens, const 
     const int64_t room = (int64_t)hydra_session_n_ctx(s->target) - past;
     if (room < 1)
         return hydra_fail(HYDRA_ERR_RANGE, "the context of %u positions is full", hydra_session_n_ctx(s->target));
-    const int64_t draft_room = (int64_t)hydra_session_n_ctx(s->draft) - (int64_t)s->n_history + 1;
+    const hydra_session *drafter = s->draft ? s->draft : s->target; /* MTP: a cache as long as the target's */
+    const int64_t draft_room = (int64_t)hydra_session_n_ctx(drafter) - (int64_t)s->n_history + 1;
     int32_t k = min_i32(s->p.n_draft_max, (int64_t)max_tokens - 1);
     k = min_i32(k, room - 1);
     k = min_i32(k, draft_room > 0 ? draft_room : 0);

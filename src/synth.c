@@ -96,6 +96,11 @@ static hydra_status check_rules(const synth_arch *a, const synth_params *p)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s stores no head size: llama.cpp takes n_embd / n_head, so "
                           "heads x head size (%" PRIu32 " x %" PRIu32 ") must equal n_embd %" PRIu32,
                           a->name, p->n_head, p->head_dim, p->n_embd);
+    if (!(a->rules & SA_NEXTN) && p->n_nextn != 0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s: MTP (nextn) blocks are written for deepseek2 only", a->name);
+    if (p->n_nextn > SYNTH_MAX_NEXTN)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s: %" PRIu32 " MTP blocks: at most %d", a->name, p->n_nextn,
+                          SYNTH_MAX_NEXTN);
     if ((a->rules & SA_FF_IS_EXPERT) && p->n_ff != 0)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "%s has no dense FFN: its feed_forward_length is the expert FFN "
                           "size; leave the dense FFN size 0", a->name);
@@ -191,9 +196,12 @@ static hydra_status plan_spec(plan *pl, const char *name, const synth_tensor *sp
     return plan_push(pl, name, type, n_dims, ne, spec->role);
 }
 
+/* Blocks n_layer .. are the MTP blocks: MoE blocks with the nextn tensors. */
 static bool in_block(const synth_params *p, synth_blocks blocks, uint32_t layer)
 {
-    bool dense = layer < p->n_dense_lead;
+    const bool dense = layer < p->n_dense_lead, mtp = layer >= p->n_layer;
+    if (blocks == SB_NEXTN)
+        return mtp;
     return blocks == SB_ALL || (blocks == SB_DENSE) == dense;
 }
 
@@ -204,7 +212,7 @@ static hydra_status plan_tensors(plan *pl)
     static const synth_tensor out = {"output.weight", {SQ_EMBD, SQ_VOCAB, SQ_NONE}, SR_WEIGHT, SB_ALL};
     hydra_status st = plan_spec(pl, embd.name, &embd);
     char name[64];
-    for (uint32_t layer = 0; layer < pl->p.n_layer && st == HYDRA_OK; layer++)
+    for (uint32_t layer = 0; layer < pl->p.n_layer + pl->p.n_nextn && st == HYDRA_OK; layer++)
         for (size_t i = 0; i < pl->arch->n_tensors && st == HYDRA_OK; i++) {
             const synth_tensor *spec = &pl->arch->tensors[i];
             if (!in_block(&pl->p, spec->blocks, layer))
@@ -222,7 +230,7 @@ static hydra_status check_keys(const plan *pl)
 {
     for (size_t i = 0; i < pl->arch->n_keys; i++) {
         const synth_key *k = &pl->arch->keys[i];
-        if (k->kind == SK_U32 && synth_qty_value(&pl->p, k->qty) > UINT32_MAX)
+        if ((k->kind == SK_U32 || k->kind == SK_U32_NONZERO) && synth_qty_value(&pl->p, k->qty) > UINT32_MAX)
             return hydra_fail(HYDRA_ERR_RANGE, "%s.%s: %s exceeds 32 bits", pl->arch->name, k->suffix,
                               synth_qty_name(k->qty));
     }
@@ -326,7 +334,11 @@ static hydra_status add_arch_keys(gguf_writer *w, const plan *pl)
     for (size_t i = 0; i < pl->arch->n_keys && st == HYDRA_OK; i++) {
         const synth_key *k = &pl->arch->keys[i];
         snprintf(key, sizeof key, "%s.%s", pl->arch->name, k->suffix);
-        if (k->kind == SK_U32)
+        if (k->kind == SK_U32_NONZERO && synth_qty_value(&pl->p, k->qty) != 0)
+            st = gguf_writer_add_u32(w, key, (uint32_t)synth_qty_value(&pl->p, k->qty));
+        else if (k->kind == SK_U32_NONZERO)
+            continue;
+        else if (k->kind == SK_U32)
             st = gguf_writer_add_u32(w, key, k->qty == SQ_NONE ? (uint32_t)k->num
                                                                : (uint32_t)synth_qty_value(&pl->p, k->qty));
         else if (k->kind == SK_F32)

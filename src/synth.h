@@ -34,6 +34,9 @@ typedef bool (*synth_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, voi
  * token picks the same k experts). */
 #define SYNTH_MAX_ROUTER_SKEW 8.0f
 
+/* The most MTP blocks synth_check accepts (released models have 1). */
+#define SYNTH_MAX_NEXTN 8
+
 /* Rows quantised per weight matrix in the fast style (synth_params.fast). */
 enum { SYNTH_FAST_POOL_ROWS = 256 };
 
@@ -54,6 +57,9 @@ typedef struct synth_params {
     uint32_t n_dense_lead;     /* deepseek2: leading dense (non-MoE) blocks */
     uint32_t q_lora_rank, kv_lora_rank, n_rot; /* deepseek2 MLA: ranks, RoPE dims per head */
     uint32_t n_expert_group, n_expert_group_used; /* deepseek2 group-limited routing */
+    uint32_t n_nextn;          /* deepseek2: MTP (NextN) blocks after the n_layer main ones, as
+                                  llama.cpp's converters store them (nextn_predict_layers; a full
+                                  block plus blk.N.nextn.{eh_proj,enorm,hnorm,shared_head_norm}) */
     uint32_t n_vocab;          /* 0: the vocabulary's natural size (a few hundred tokens) */
     uint32_t n_ctx;            /* context_length */
     uint32_t type;             /* weight matrices: a type synth_type_writable() accepts */

@@ -28,6 +28,7 @@ static const char *const qty_names[SQ_COUNT] = {
     [SQ_GROUPS_USED] = "expert groups used", [SQ_Q_LORA] = "q_lora_rank", [SQ_KV_LORA] = "kv_lora_rank",
     [SQ_ROPE] = "RoPE dims per head", [SQ_KV_A] = "kv_lora_rank + RoPE dims",
     [SQ_QK_MLA] = "head size + RoPE dims", [SQ_QB] = "heads x (head size + RoPE dims)",
+    [SQ_BLOCKS] = "layers + MTP blocks", [SQ_NEXTN] = "MTP blocks (--nextn)", [SQ_EMBD_2] = "2 x embedding size",
 };
 
 const char *synth_qty_name(synth_qty q)
@@ -64,6 +65,9 @@ uint64_t synth_qty_value(const synth_params *p, synth_qty q)
     case SQ_KV_A: return (uint64_t)p->kv_lora_rank + p->n_rot;
     case SQ_QK_MLA: return (uint64_t)p->head_dim + p->n_rot;
     case SQ_QB: return (uint64_t)p->n_head * ((uint64_t)p->head_dim + p->n_rot);
+    case SQ_BLOCKS: return (uint64_t)p->n_layer + p->n_nextn;
+    case SQ_NEXTN: return p->n_nextn;
+    case SQ_EMBD_2: return 2 * (uint64_t)p->n_embd;
     case SQ_COUNT: break;
     }
     return 0;
@@ -108,7 +112,7 @@ static const synth_key qwen2moe_keys[] = {
  * view (kv_lora_rank + RoPE dims / kv_lora_rank), the *_mla keys the
  * per-head sizes.  Sigmoid gating (expert_gating_func 2). */
 static const synth_key deepseek2_keys[] = {
-    KU("block_count", SQ_LAYERS), KU("context_length", SQ_CTX), KU("embedding_length", SQ_EMBD),
+    KU("block_count", SQ_BLOCKS), KU("context_length", SQ_CTX), KU("embedding_length", SQ_EMBD),
     KU("feed_forward_length", SQ_FF), KU("attention.head_count", SQ_HEADS),
     KU("attention.head_count_kv", SQ_ONE), KS("rope.scaling.type", "yarn"), KF("rope.scaling.factor", 4.0f),
     KC("rope.scaling.original_context_length", 4096), KF("rope.scaling.yarn_beta_fast", 32.0f),
@@ -122,7 +126,7 @@ static const synth_key deepseek2_keys[] = {
     KU("attention.key_length_mla", SQ_QK_MLA), KU("attention.value_length_mla", SQ_HEAD_DIM),
     KU("expert_feed_forward_length", SQ_FF_EXP), KU("expert_shared_count", SQ_SHARED),
     KF("expert_weights_scale", 2.5f), KB("expert_weights_norm", 1), KU("rope.dimension_count", SQ_ROPE),
-    KF("rope.scaling.yarn_log_multiplier", 0.1f),
+    KF("rope.scaling.yarn_log_multiplier", 0.1f), {"nextn_predict_layers", SK_U32_NONZERO, SQ_NEXTN, 0, NULL},
 };
 
 static const synth_key gptoss_keys[] = {
@@ -197,6 +201,12 @@ static const synth_tensor deepseek2_tensors[] = {
     T("ffn_gate_shexp.weight", SQ_EMBD, SQ_FF_SHARED, SQ_NONE, SR_WEIGHT, SB_MOE),
     T("ffn_up_shexp.weight", SQ_EMBD, SQ_FF_SHARED, SQ_NONE, SR_WEIGHT, SB_MOE),
     T("ffn_down_shexp.weight", SQ_FF_SHARED, SQ_EMBD, SQ_NONE, SR_WEIGHT, SB_MOE),
+    /* MTP blocks (n_nextn): gguf-py's MODEL_TENSOR.NEXTN_*; the embedding and
+     * head are shared with the main model, as in the released GGUFs */
+    T("nextn.eh_proj.weight", SQ_EMBD_2, SQ_EMBD, SQ_NONE, SR_WEIGHT, SB_NEXTN),
+    T("nextn.enorm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
+    T("nextn.hnorm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
+    T("nextn.shared_head_norm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
 };
 
 /* Attention sinks (one logit per head), biases everywhere, and a
@@ -219,7 +229,7 @@ static const synth_arch archs[] = {
     {"qwen3moe", "qwen3", "qwen3moe-tiny", N(qwen3moe_keys), N(qwen3moe_tensors), 0},
     {"llama", "mistral", "mixtral-tiny", N(llama_keys), N(llama_tensors), SA_HEADS_SPAN_EMBD | SA_FF_IS_EXPERT},
     {"qwen2moe", "qwen2", "qwen2moe-tiny", N(qwen2moe_keys), N(qwen2moe_tensors), SA_HEADS_SPAN_EMBD},
-    {"deepseek2", "deepseek-v3", "deepseek2-tiny", N(deepseek2_keys), N(deepseek2_tensors), SA_MLA},
+    {"deepseek2", "deepseek-v3", "deepseek2-tiny", N(deepseek2_keys), N(deepseek2_tensors), SA_MLA | SA_NEXTN},
     {"gpt-oss", "gpt-oss", "gptoss-tiny", N(gptoss_keys), N(gptoss_tensors), 0},
 };
 
@@ -265,6 +275,11 @@ static const preset presets[] = {
       .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 32, .n_ff = 128, .n_expert_shared = 1, .n_dense_lead = 1,
       .q_lora_rank = 64, .kv_lora_rank = 64, .n_rot = 16, .n_expert_group = 4, .n_expert_group_used = 2,
       .n_ctx = 16384, .type = QT_Q8_0, .seed = 1}},
+    {"deepseek2-mtp-tiny", "deepseek2-tiny plus one MTP (NextN) block: nextn_predict_layers 1, blk.3.nextn.*, F32",
+     {.arch = "deepseek2", .n_layer = 3, .n_embd = 64, .n_head = 4, .n_head_kv = 1, .head_dim = 32,
+      .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 32, .n_ff = 128, .n_expert_shared = 1, .n_dense_lead = 1,
+      .q_lora_rank = 64, .kv_lora_rank = 64, .n_rot = 16, .n_expert_group = 4, .n_expert_group_used = 2,
+      .n_nextn = 1, .n_ctx = 16384, .type = QT_F32, .seed = 1}},
     {"gptoss-tiny", "gpt-oss, 4 layers, n_embd 64, 8 experts top-2, Q8_0",
      {.arch = "gpt-oss", .n_layer = 4, .n_embd = 64, .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_expert = 8,
       .n_expert_used = 2, .n_ff_exp = 64, .n_ff = 64, .n_ctx = 131072, .type = QT_Q8_0, .seed = 1}},

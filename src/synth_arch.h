@@ -18,6 +18,7 @@ typedef enum synth_qty {
     SQ_HEADS, SQ_KV_HEADS, SQ_HEAD_DIM, SQ_Q_DIM, SQ_KV_DIM,
     SQ_EXPERTS, SQ_EXPERTS_USED, SQ_SHARED, SQ_DENSE_LEAD, SQ_GROUPS, SQ_GROUPS_USED,
     SQ_Q_LORA, SQ_KV_LORA, SQ_ROPE, SQ_KV_A, SQ_QK_MLA, SQ_QB,
+    SQ_BLOCKS, SQ_NEXTN, SQ_EMBD_2, /* main + MTP blocks, MTP blocks, 2 x n_embd */
     SQ_COUNT
 } synth_qty;
 
@@ -25,7 +26,9 @@ typedef enum synth_qty {
 uint64_t synth_qty_value(const synth_params *p, synth_qty q);
 const char *synth_qty_name(synth_qty q);
 
-typedef enum synth_key_kind { SK_U32, SK_F32, SK_BOOL, SK_STR } synth_key_kind;
+/* SK_U32_NONZERO: a u32 written only when its value is not 0 (a key that
+ * converters write only for models that have the feature). */
+typedef enum synth_key_kind { SK_U32, SK_F32, SK_BOOL, SK_STR, SK_U32_NONZERO } synth_key_kind;
 
 typedef struct synth_key {
     const char *suffix; /* the key is "<arch>.<suffix>" */
@@ -40,8 +43,9 @@ typedef struct synth_key {
  * converter output. */
 typedef enum synth_role { SR_WEIGHT, SR_ROUTER, SR_NORM, SR_BIAS } synth_role;
 
-/* Which blocks hold a tensor: all, the leading dense ones, or the MoE ones. */
-typedef enum synth_blocks { SB_ALL, SB_DENSE, SB_MOE } synth_blocks;
+/* Which blocks hold a tensor: all, the leading dense ones, the MoE ones,
+ * or the MTP blocks after the main ones (which are MoE blocks). */
+typedef enum synth_blocks { SB_ALL, SB_DENSE, SB_MOE, SB_NEXTN } synth_blocks;
 
 typedef struct synth_tensor {
     const char *name;   /* "attn_q.weight": stored as "blk.N.attn_q.weight" */
@@ -54,6 +58,7 @@ enum synth_rule {
     SA_HEADS_SPAN_EMBD = 1 << 0, /* no key_length key: llama.cpp takes head_dim = n_embd / n_head */
     SA_FF_IS_EXPERT = 1 << 1,    /* feed_forward_length holds the expert size; n_ff must be 0 */
     SA_MLA = 1 << 2,             /* one latent KV head, expert groups, leading dense blocks */
+    SA_NEXTN = 1 << 3,           /* may carry MTP blocks (synth_params.n_nextn) */
 };
 
 typedef struct synth_arch {

@@ -205,6 +205,7 @@ static void resolve_dims(const arch_hparams *hp, uint64_t dims[D_COUNT])
     dims[D_KV_A] = (uint64_t)hp->kv_lora_rank + hp->n_rot;
     dims[D_HEAD_NOPE] = hp->head_dim_k - hp->n_rot;
     dims[D_HEAD_V] = hp->head_dim_v;
+    dims[D_EMBD_2] = 2 * (uint64_t)hp->n_embd;
 }
 
 /* Whether the engine can compute with a tensor of this type in this role:
@@ -228,15 +229,17 @@ static hydra_status check_type(const char *name, const wtensor *t, arch_tensor_k
     return HYDRA_OK;
 }
 
-static bool needed(arch_need need, bool moe_layer, const arch_hparams *hp)
+static bool needed(arch_need need, bool moe_layer, bool mtp_block, const arch_hparams *hp)
 {
     return need == NEED_ALWAYS || (need == NEED_MOE && moe_layer) || (need == NEED_DENSE && !moe_layer) ||
-           (need == NEED_Q_LORA && hp->q_lora_rank > 0) || (need == NEED_Q_FULL && hp->q_lora_rank == 0);
+           (need == NEED_Q_LORA && hp->q_lora_rank > 0) || (need == NEED_Q_FULL && hp->q_lora_rank == 0) ||
+           (need == NEED_NEXTN && mtp_block);
 }
 
-static bool applies(arch_need need, bool moe_layer, const arch_hparams *hp)
+static bool applies(arch_need need, bool moe_layer, bool mtp_block, const arch_hparams *hp)
 {
-    return needed(need, moe_layer, hp) || need == NEED_OPTIONAL;
+    return needed(need, moe_layer, mtp_block, hp) || need == NEED_OPTIONAL ||
+           (need == NEED_NEXTN_OPTIONAL && mtp_block);
 }
 
 /* llama.cpp's set_swa_pattern: of every swa_pattern layers, all but the
@@ -283,6 +286,50 @@ static hydra_status bind_one(const hydra_model *m, const char *arch, const arch_
     return check_type(name, out, spec->kind);
 }
 
+/* One block's tensors: block `block` of the file, an MTP block's nextn.*
+ * roles too. */
+static hydra_status bind_layer(const hydra_model *m, const model_weights *w, const uint64_t dims[D_COUNT],
+                               uint32_t block, bool mtp_block, layer_weights *lw)
+{
+    const arch_desc *a = w->arch;
+    for (size_t i = 0; i < a->n_tensors; i++) {
+        const arch_use *use = &a->tensors[i];
+        if (!arch_role_per_layer(use->role) || !applies(use->need, lw->moe, mtp_block, &w->hp))
+            continue;
+        hydra_status st = bind_one(m, a->name, use, (int)block, dims, needed(use->need, lw->moe, mtp_block, &w->hp),
+                                   &lw->w[use->role]);
+        if (st != HYDRA_OK)
+            return st;
+    }
+    return HYDRA_OK;
+}
+
+/* The MTP blocks after the main ones (hp.n_layer has already left them
+ * out), bound only when the file stores the first one's nextn.eh_proj:
+ * llama.cpp's deepseek2 converter may keep the key and drop the blocks.
+ * They are MoE blocks when the model has experts (DeepSeek-V3's block 61,
+ * GLM-4.5's block 46). */
+static hydra_status bind_nextn(model_weights *w, const hydra_model *m, const uint64_t dims[D_COUNT])
+{
+    char name[160];
+    snprintf(name, sizeof name, arch_tensor_specs[W_NEXTN_EH_PROJ].name, (int)w->hp.n_layer);
+    hydra_tensor_info ti;
+    if (w->hp.n_nextn == 0 || hydra_model_tensor_find(m, name, &ti) != HYDRA_OK)
+        return HYDRA_OK;
+    w->nextn = calloc(w->hp.n_nextn, sizeof *w->nextn);
+    if (w->nextn == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "%s: %u MTP block bindings", w->arch->name, w->hp.n_nextn);
+    w->n_nextn = w->hp.n_nextn;
+    for (uint32_t i = 0; i < w->n_nextn; i++) {
+        layer_weights *lw = &w->nextn[i];
+        lw->moe = w->hp.n_expert > 0;
+        hydra_status st = bind_layer(m, w, dims, w->hp.n_layer + i, true, lw);
+        if (st != HYDRA_OK)
+            return st; /* the message names blk.N's tensor */
+    }
+    return HYDRA_OK;
+}
+
 static hydra_status bind_tensors(model_weights *w, const hydra_model *m)
 {
     const arch_desc *a = w->arch;
@@ -313,17 +360,11 @@ static hydra_status bind_tensors(model_weights *w, const hydra_model *m)
         if (!lw->moe && !has_dense_ffn)
             return hydra_fail(HYDRA_ERR_FORMAT, "%s: layer %u has no experts (expert_count %u), and this architecture "
                               "has no dense FFN", a->name, l, w->hp.n_expert);
-        for (size_t i = 0; i < a->n_tensors; i++) {
-            const arch_use *use = &a->tensors[i];
-            if (!arch_role_per_layer(use->role) || !applies(use->need, lw->moe, &w->hp))
-                continue;
-            hydra_status st =
-                bind_one(m, a->name, use, (int)l, dims, needed(use->need, lw->moe, &w->hp), &lw->w[use->role]);
-            if (st != HYDRA_OK)
-                return st;
-        }
+        hydra_status st = bind_layer(m, w, dims, l, false, lw);
+        if (st != HYDRA_OK)
+            return st;
     }
-    return HYDRA_OK;
+    return bind_nextn(w, m, dims);
 }
 
 static hydra_status unsupported_arch(const char *name)
@@ -377,5 +418,6 @@ hydra_status weights_bind(model_weights *out, const hydra_model *m)
 void weights_free(model_weights *w)
 {
     free(w->layer);
+    free(w->nextn);
     memset(w, 0, sizeof *w);
 }

@@ -33,6 +33,8 @@ typedef struct model_weights {
     arch_hparams hp;
     wtensor global[W_COUNT]; /* model-wide roles */
     layer_weights *layer;    /* hp.n_layer entries */
+    layer_weights *nextn;    /* n_nextn MTP blocks (blocks hp.n_layer ..), with their nextn.* roles */
+    uint32_t n_nextn;        /* 0: the file has none (or stores hp.n_nextn blocks without nextn.eh_proj) */
 } model_weights;
 
 /* Binds model's tensors by its architecture's descriptor.  Fails naming the

@@ -424,8 +424,11 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
 
 /* ------------------------------------------------------------ MTP / NextN blocks */
 
-/* Copies a model's metadata value by value (the types the tiny files use). */
-static hydra_status copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w)
+/* Copies a model's metadata value by value (the types the tiny files use;
+ * test_spec_mtp.c's rewrites use it too). */
+hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w);
+
+hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w)
 {
     int64_t i = 0;
     uint64_t u = 0;
@@ -506,7 +509,7 @@ static hydra_status write_variant(const hydra_model *m, const char *path, uint32
         if (st != HYDRA_OK || strcmp(key, "general.alignment") == 0)
             continue;
         st = strcmp(key, "deepseek2.block_count") == 0 ? gguf_writer_add_u32(w, key, block_count)
-                                                          : copy_key(m, key, type, w);
+                                                          : spec_test_copy_key(m, key, type, w);
     }
     if (st == HYDRA_OK && nextn > 0)
         st = gguf_writer_add_u32(w, "deepseek2.nextn_predict_layers", nextn);
