@@ -147,6 +147,7 @@ typedef struct fwd_seq {
     kv_cache *kv;
     const int32_t *tokens;
     int64_t pos0, n;
+    bool all_rows; /* logits of every row of this sequence (a verify pass), not its last only */
 } fwd_seq;
 
 /* forward() for several sequences at once (continuous batching): their
@@ -156,7 +157,7 @@ typedef struct fwd_seq {
  * only on its sequence (the kernels give a row the same bits whatever the
  * other rows), so each sequence gets the logits it would get alone.  With
  * all_rows, logits receives every row; otherwise row i is the last row of
- * sequence i. */
+ * sequence i (every row of a sequence whose all_rows is set, in order). */
 void forward_seqs(const model_weights *w, thread_pool *pool, fwd_scratch *f, const fwd_seq *seqs, int n_seqs,
                   bool all_rows, float *logits);
 

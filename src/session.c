@@ -317,23 +317,40 @@ static hydra_status check_batch(hydra_session *const *ss, const int32_t *const *
 HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *ss, const int32_t *const *tokens,
                                                 const size_t *n_tokens, size_t n)
 {
+    return hydra_session_eval_batch_logits(ss, tokens, n_tokens, n, NULL);
+}
+
+HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *ss, const int32_t *const *tokens,
+                                                       const size_t *n_tokens, size_t n, float *const *rows)
+{
     hydra_status st = check_batch(ss, tokens, n_tokens, n);
     if (st != HYDRA_OK)
         return st;
     hydra_session *first = ss[0];
     const uint32_t n_vocab = first->w.hp.n_vocab;
+    size_t n_out = 0; /* logits rows the pass computes: every row of a session that asks, else its last */
+    for (size_t i = 0; i < n; i++)
+        n_out += rows != NULL && rows[i] != NULL ? n_tokens[i] : 1;
     fwd_seq *seqs = malloc(sizeof *seqs * n);
-    float *logits = malloc(sizeof(float) * n_vocab * n); /* row i: session i's last token */
+    float *logits = malloc(sizeof(float) * n_vocab * n_out);
     if (seqs == NULL || logits == NULL) {
         free(seqs);
         free(logits);
         return hydra_fail(HYDRA_ERR_NOMEM, "a batch of %zu sessions", n);
     }
     for (size_t i = 0; i < n; i++)
-        seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i]};
+        seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i],
+                            .all_rows = rows != NULL && rows[i] != NULL};
     forward_seqs(&first->w, first->pool, &first->f, seqs, (int)n, false, logits);
+    const float *row = logits;
     for (size_t i = 0; i < n; i++) {
-        memcpy(ss[i]->logits, logits + i * n_vocab, sizeof(float) * n_vocab);
+        if (seqs[i].all_rows) {
+            memcpy(rows[i], row, sizeof(float) * n_vocab * n_tokens[i]);
+            row += (size_t)n_vocab * n_tokens[i];
+        } else {
+            row += n_vocab;
+        }
+        memcpy(ss[i]->logits, row - n_vocab, sizeof(float) * n_vocab);
         ss[i]->n_past += (int64_t)n_tokens[i];
         ss[i]->have_logits = true;
     }

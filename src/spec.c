@@ -176,6 +176,31 @@ static hydra_status check_new(hydra_session *target, hydra_session *draft, const
     return HYDRA_OK;
 }
 
+/* The target's sampler (the caller's parameters and penalty window), the
+ * draft's (the same without penalties: the draft never rolls a window
+ * back) and the acceptance stream, all from sampling; on failure the old
+ * ones stay. */
+static hydra_status set_sampling(hydra_spec *s, const hydra_sampler_params *sampling)
+{
+    hydra_sampler_params dp = *sampling;
+    dp.penalty_last_n = 0;
+    hydra_sampler *target = NULL, *draft = NULL;
+    hydra_status st = hydra_sampler_new(sampling, s->n_vocab, &target);
+    if (st == HYDRA_OK)
+        st = hydra_sampler_new(&dp, s->n_vocab, &draft);
+    if (st != HYDRA_OK) {
+        hydra_sampler_free(target);
+        return st;
+    }
+    hydra_sampler_free(s->target_sampler);
+    hydra_sampler_free(s->draft_sampler);
+    s->target_sampler = target;
+    s->draft_sampler = draft;
+    s->greedy = sampling->temperature <= 0.0f;
+    rng_seed(s->rng, sampling->seed ^ 0x5bec5bec5bec5becu); /* not the sampler's own stream */
+    return HYDRA_OK;
+}
+
 HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draft,
                                       const hydra_sampler_params *sampling, const hydra_spec_params *params,
                                       hydra_spec **out)
@@ -189,13 +214,8 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
     hydra_spec *s = calloc(1, sizeof *s);
     if (s == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder");
-    *s = (hydra_spec){.target = target, .draft = draft, .p = *params, .greedy = sampling->temperature <= 0.0f,
-                      .n_vocab = (int32_t)hydra_session_n_vocab(target)};
-    hydra_sampler_params dp = *sampling;
-    dp.penalty_last_n = 0;
-    st = hydra_sampler_new(sampling, s->n_vocab, &s->target_sampler);
-    if (st == HYDRA_OK)
-        st = hydra_sampler_new(&dp, s->n_vocab, &s->draft_sampler);
+    *s = (hydra_spec){.target = target, .draft = draft, .p = *params, .n_vocab = (int32_t)hydra_session_n_vocab(target)};
+    st = set_sampling(s, sampling);
     if (st == HYDRA_OK && draft == NULL)
         st = mtp_new(target, &s->mtp);
     if (st == HYDRA_OK && !alloc_buffers(s))
@@ -205,7 +225,6 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
         hydra_spec_free(s);
         return st;
     }
-    rng_seed(s->rng, sampling->seed ^ 0x5bec5bec5bec5becu); /* not the sampler's own stream */
     *out = s;
     return HYDRA_OK;
 }
@@ -282,6 +301,37 @@ HYDRA_API hydra_status hydra_spec_start(hydra_spec *s, const hydra_token *prompt
     hydra_sampler_reset(s->target_sampler);
     for (size_t i = 0; i < n && st == HYDRA_OK; i++)
         st = hydra_sampler_accept(s->target_sampler, prompt[i]);
+    return st;
+}
+
+HYDRA_API hydra_status hydra_spec_restart(hydra_spec *s, const hydra_sampler_params *sampling,
+                                          const hydra_token *tokens, size_t n)
+{
+    if (s == NULL || tokens == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_restart: a decoder and tokens are required");
+    if (n == 0 || n > hydra_session_n_ctx(s->target))
+        return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_restart: %zu tokens (the context holds %u)", n,
+                          hydra_session_n_ctx(s->target));
+    if (hydra_session_n_past(s->target) != n - 1)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_restart: the target holds %u positions, not the %zu "
+                          "tokens before the pending one", hydra_session_n_past(s->target), n - 1);
+    hydra_status st = sampling != NULL ? set_sampling(s, sampling) : HYDRA_OK;
+    if (st != HYDRA_OK)
+        return st;
+    /* the draft holds a prefix of the old history: keep what it shares */
+    size_t same = 0;
+    while (same < n - 1 && same < s->n_history && s->history[same] == tokens[same])
+        same++;
+    rewind_to(s->draft, same);
+    mtp_truncate(s->mtp, same > 0 ? (int64_t)same - 1 : 0); /* rows it can't recompute fail the next draft */
+    s->width = 0;
+    memcpy(s->history, tokens, sizeof *tokens * n);
+    s->n_history = n;
+    hydra_sampler_reset(s->target_sampler);
+    for (size_t i = 0; i < n && st == HYDRA_OK; i++)
+        st = hydra_sampler_accept(s->target_sampler, tokens[i]);
+    if (st != HYDRA_OK)
+        s->n_history = 0;
     return st;
 }
 
