@@ -30,6 +30,7 @@ typedef struct run_opts {
     const char *profile_experts; /* --profile-experts: the expert profile written at the end */
     const char *trace_experts;   /* --trace-experts: the routing trace written at the end */
     const char *model_draft;     /* -md: a draft model for speculative decoding (run_spec.c); NULL: none */
+    bool spec_mtp;               /* --spec-mtp: speculative decoding drafted by the model's MTP block */
     hydra_spec_params spec;      /* --spec-draft-n-max, --spec-draft-p-min */
     hydra_token *prompt_ids;   /* --prompt-tokens (owned) */
     size_t n_prompt_ids;

@@ -238,6 +238,8 @@ static const flag flags[] = {
      "write every token's experts per layer (up to the context size; input of hydra-bench --slab-sim)"},
     {"-md --model-draft", "FILE", parse_string, AT(model_draft), 0, 0, 0,
      "draft model for speculative decoding (same vocabulary; docs/SPECULATIVE.md)"},
+    {"--spec-mtp", NULL, parse_switch, AT(spec_mtp), 0, 0, 0,
+     "speculative decoding drafted by the model's own MTP (NextN) block instead of -md (CPU backend)"},
     {"--spec-draft-n-max --draft-max --draft", "N", parse_int32, AT(spec.n_draft_max), 1, 256, 0,
      "most tokens drafted per step; every verify pass has N + 1 rows (default 16)"},
     {"--spec-draft-p-min --draft-p-min", "P", parse_float, AT(spec.p_min), 0, 1, 0,

@@ -118,7 +118,7 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
         gen_close(g);
         return RUN_ERROR;
     }
-    if (make_sampler(g) != RUN_OK || (o->model_draft != NULL && gen_spec_open(g) != RUN_OK)) {
+    if (make_sampler(g) != RUN_OK || ((o->model_draft != NULL || o->spec_mtp) && gen_spec_open(g) != RUN_OK)) {
         gen_close(g);
         return RUN_ERROR;
     }

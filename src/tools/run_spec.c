@@ -1,13 +1,15 @@
 /*
- * run_spec.c — hydra-run's speculative decoding (-md): the draft model and
- * its session beside the target's, and the decoder of src/spec.c handing
- * out the tokens each step accepts one at a time to the generation loop.
+ * run_spec.c — hydra-run's speculative decoding: the draft model and its
+ * session beside the target's (-md), or the target's own MTP block
+ * (--spec-mtp), and the decoder of src/spec.c handing out the tokens each
+ * step accepts one at a time to the generation loop.
  */
 #include "run.h"
 
 #include <stdlib.h>
 
-int gen_spec_open(gen_ctx *g)
+/* -md: the draft model, its vocabulary checked, and its session. */
+static int open_draft(gen_ctx *g)
 {
     hydra_model_params mp = hydra_model_default_params();
     mp.path = g->o->model_draft;
@@ -26,17 +28,34 @@ int gen_spec_open(gen_ctx *g)
     sp.n_ctx = hydra_session_n_ctx(g->session);
     sp.n_threads = g->o->n_threads;
     sp.kv_type = g->o->kv_type;
+    st = hydra_session_create(&g->draft, g->draft_model, &sp);
+    if (st != HYDRA_OK) {
+        run_error("the draft model's session: %s", hydra_last_error());
+        return RUN_ERROR;
+    }
+    return RUN_OK;
+}
+
+/* With -md the draft session drafts; with --spec-mtp (g->draft NULL) the
+ * target model's MTP block does (src/mtp.c), which needs a model with one
+ * and the CPU backend: the decoder refuses anything else with the reason. */
+int gen_spec_open(gen_ctx *g)
+{
+    if (g->o->model_draft != NULL && g->o->spec_mtp) {
+        run_error("-md and --spec-mtp: give one drafter");
+        return RUN_ERROR;
+    }
+    if (g->o->model_draft != NULL && open_draft(g) != RUN_OK)
+        return RUN_ERROR;
     /* hydra-run's sessions run on the CPU, which captures no graphs: a
      * padded verify row there is only extra compute, so the width follows
      * the drafts (docs/SPECULATIVE.md, "Verify width") */
     hydra_spec_params pp = g->o->spec;
     pp.fixed_width = false;
-    st = hydra_session_create(&g->draft, g->draft_model, &sp);
-    if (st == HYDRA_OK)
-        st = hydra_spec_new(g->session, g->draft, &g->sampling, &pp, &g->spec);
+    hydra_status st = hydra_spec_new(g->session, g->draft, &g->sampling, &pp, &g->spec);
     g->spec_out = malloc(sizeof *g->spec_out * ((size_t)g->o->spec.n_draft_max + 1));
     if (st != HYDRA_OK || g->spec_out == NULL) {
-        run_error("speculative decoding with %s: %s", g->o->model_draft,
+        run_error("speculative decoding with %s: %s", g->o->spec_mtp ? "the model's MTP block" : g->o->model_draft,
                   st != HYDRA_OK ? hydra_last_error() : "out of memory");
         return RUN_ERROR;
     }
