@@ -12,7 +12,7 @@
  *     between launches (graphs off for that part, so launch gaps count).
  *
  *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
- *               [--hybrid F1,F2,.. [--cpu-threads N] [--admit MIB] [--no-stream-prefill]
+ *               [--hybrid F1,F2,.. [--cpu-threads N] [--cpu-pin] [--admit MIB] [--no-stream-prefill]
  *                [--handoff-flags] [--hybrid-only]]
  *
  * --hybrid: hybrid decode (issue 10) instead, one session per fraction of
@@ -21,7 +21,8 @@
  * the hand-off p50/p99, the CPU pass and its exposed part per MoE layer,
  * host->device bytes per decoded token and admissions over the timed tg
  * runs.  --admit: the admission bus budget in MiB per token of a step (0:
- * static slab); --cpu-threads: threads of the CPU pass; --handoff-flags:
+ * static slab); --cpu-threads: threads of the CPU pass; --cpu-pin: pin
+ * them to CPUs, one per physical core first; --handoff-flags:
  * the CPU side answers mapped flags from a spinning thread instead of graph
  * host nodes; --hybrid-only: skip the all-VRAM session.
  */
@@ -49,7 +50,7 @@ typedef struct cuda_opts {
     bool graphs;
     int n_fractions, cpu_threads;
     double fraction[MAX_FRACTIONS], admit_mib;
-    bool stream_prefill, handoff_flags, hybrid_only;
+    bool stream_prefill, handoff_flags, hybrid_only, cpu_pin;
 } cuda_opts;
 
 static double now_s(void)
@@ -251,10 +252,11 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
     /* Default: the cores less two, for the thread waiting on the step and the
      * driver's own (measured on the H200 host: all 16 busy oversubscribe it). */
     const int threads = o->cpu_threads > 0 ? o->cpu_threads : cpu_cores() - 2 > 0 ? cpu_cores() - 2 : 1;
-    printf("\nhybrid decode: CPU pass on %d threads, hand-off by %s, admissions %.1f MiB per token of a step%s, "
-           "prefill %s\n\n", threads, o->handoff_flags ? "mapped flags (spinning thread)" : "graph host nodes",
-           o->admit_mib, o->admit_mib > 0 ? "" : " (static slab)",
-           o->stream_prefill ? "streams missed experts when registered" : "misses on the CPU");
+    printf("\nhybrid decode: CPU pass on %d threads%s, hand-off by %s, admissions %.1f MiB per token of a step%s, "
+           "prefill %s\n\n", threads, o->cpu_pin ? " (pinned)" : "",
+           o->handoff_flags ? "mapped flags (spinning thread)" : "graph host nodes", o->admit_mib,
+           o->admit_mib > 0 ? "" : " (static slab)",
+           o->stream_prefill ? "streams missed experts past the crossover" : "misses on the CPU");
     printf("| resident | slab GiB | pp%d t/s | tg%d t/s | decode hit rate | hand-off p50 / p99 us | CPU pass us "
            "per MoE layer | exposed us per MoE layer | GPU hits us per MoE layer | H2D MB per token | admissions "
            "| unsafe replays |\n", o->prompt, o->gen);
@@ -263,7 +265,7 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
     for (int i = 0; i < o->n_fractions && rc == 0; i++) {
         const gpu_options go = {.n_ctx = o->prompt + o->gen + 1, .n_batch = o->prompt > 0 ? o->prompt : 1,
                                 .kv_type = QT_F16, .graphs = o->graphs, .hybrid = true,
-                                .slab_fraction = o->fraction[i], .cpu_threads = threads,
+                                .slab_fraction = o->fraction[i], .cpu_threads = threads, .cpu_pin = o->cpu_pin,
                                 .admit_bytes_per_token = (uint64_t)(o->admit_mib * 1048576.0),
                                 .stream_prefill = o->stream_prefill, .handoff_flags = o->handoff_flags,
                                 .verbose = true};
@@ -293,6 +295,11 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
             fprintf(stderr, "hybrid %.2f: decode %.3f ms per token; CPU pass %.3f ms, exposed %.3f ms, GPU hits %.3f "
                     "ms per token (sums over MoE layers); registration %.0f ms\n", o->fraction[i], 1e3 / tg,
                     c.cpu_ns / 1e6 / dt, c.exposed_ns / 1e6 / dt, c.hit_ns / 1e6 / dt, c.register_ms);
+        if (rc == 0)
+            fprintf(stderr, "hybrid %.2f: prefill: %llu staged steps, %.2f GB staged per step, crossover %d tokens "
+                    "(staging %.1f GB/s, CPU %.1f us per expert + %.2f us per route)\n", o->fraction[i],
+                    (unsigned long long)c.staged_steps, c.staged_steps ? c.stage_bytes / 1e9 / c.staged_steps : 0.0,
+                    c.stream_min_tokens, c.stage_gbps, c.cpu_expert_us, c.cpu_route_us);
         fflush(stdout);
         gpu_session_free(g);
     }
@@ -311,9 +318,10 @@ static int parse(int argc, char **argv, cuda_opts *o)
                      : strcmp(a, "--no-stream-prefill") == 0 ? &o->stream_prefill
                      : strcmp(a, "--handoff-flags") == 0     ? &o->handoff_flags
                      : strcmp(a, "--hybrid-only") == 0       ? &o->hybrid_only
+                     : strcmp(a, "--cpu-pin") == 0           ? &o->cpu_pin
                                                              : NULL;
         if (flag != NULL) {
-            *flag = flag == &o->handoff_flags || flag == &o->hybrid_only;
+            *flag = flag == &o->handoff_flags || flag == &o->hybrid_only || flag == &o->cpu_pin;
             continue;
         }
         if (v == NULL)
@@ -349,7 +357,7 @@ int bench_cuda(int argc, char **argv)
     cuda_opts o;
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: hydra-bench --cuda -m FILE [-p N] [-n N] [-r REPS] [--no-graphs] [--split N]\n"
-                        "       [--hybrid F1,F2,.. [--cpu-threads N] [--admit MIB] [--no-stream-prefill] "
+                        "       [--hybrid F1,F2,.. [--cpu-threads N] [--cpu-pin] [--admit MIB] [--no-stream-prefill] "
                         "[--handoff-flags] [--hybrid-only]]\n");
         return 2;
     }

@@ -55,8 +55,14 @@ typedef struct gpu_options {
     bool hybrid;
     double slab_fraction;            /* share of each MoE layer's experts resident, 0..1 */
     int cpu_threads;                 /* threads of the CPU pass (>= 1) */
+    bool cpu_pin;                    /* pin the CPU pass's workers (and the flag thread) to CPUs, one per core first */
     uint64_t admit_bytes_per_token;  /* bus budget of admissions per token of a step; 0: static slab */
-    bool stream_prefill;             /* prefill reads missed experts from a pinned host copy of the stacks */
+    bool stream_prefill;             /* prefill streams missed experts from a pinned host copy of the stacks */
+    /* Prefill steps of at least this many tokens stream (the stacks of each
+     * MoE layer copied into a double-buffered device staging area a layer
+     * ahead); shorter ones split like decode.  0: the crossover measured at
+     * creation (docs/HYBRID.md "Prefill"). */
+    int stream_min_tokens;
     bool handoff_flags;              /* CPU side: a spinning thread on mapped flags, not graph host nodes */
     /* The initial slab, when not NULL: each MoE layer's slot count and the
      * experts in its slots, from a split state built by hybrid_setup (the
@@ -95,6 +101,14 @@ typedef struct gpu_hybrid_counters {
     uint64_t handoff_p50_ns, handoff_p99_ns;
     uint64_t cpu_ns, hit_ns, exposed_ns, layer_steps;
     double register_ms;
+    /* Staged prefill: steps that streamed through the staging area, the
+     * bytes they copied host->device, stale references to a staging
+     * generation (expected 0); the crossover and what it was measured from
+     * (DMA rate of one layer's stacks, the CPU pass per expert and per
+     * route). */
+    uint64_t staged_steps, stage_bytes, stale_stage_refs;
+    int stream_min_tokens;
+    double stage_gbps, cpu_expert_us, cpu_route_us;
 } gpu_hybrid_counters;
 void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out);
 void gpu_hybrid_counters_reset(gpu_session *g);

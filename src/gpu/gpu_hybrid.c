@@ -26,21 +26,27 @@
  * only once that copy has landed; every launch checks that no table entry
  * points at a slot in flight (unsafe_replays, expected 0).
  *
- * Prefill (more than GK_MATVEC_MAX_TOK tokens): when the expert stacks
- * could be registered with the driver (read-only, mapped), the pointer
- * tables of missed experts point into host memory and the grouped matmul
- * streams their weights over the bus, with no CPU pass; otherwise prefill
- * takes the same split as decode.
+ * Prefill: the expert stacks are copied once into page-locked memory.  A
+ * step of at least the measured crossover of tokens streams: each MoE
+ * layer's stacks are copied by DMA (a stage stream inside the step's
+ * graph) into one of two device staging buffers, a MoE layer ahead of the
+ * compute that reads them, and the grouped matmul reads missed experts
+ * there (their pointer table entries point into the layer's buffer).  A
+ * shorter step takes the same split as decode.  Without a staging buffer
+ * (not enough device memory) the matmul reads missed experts from the
+ * pinned copy over the bus (zero-copy, ~10 GB/s).
  */
 #include "gpu_internal.h"
 
 #include "../act.h"
 #include "../hybrid.h"
+#include "../hybrid_pass.h"
 #include "../moe.h"
 #include "../threads.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { N_PARTS = 3, MAX_REGIONS = 4096 };
+enum { N_PARTS = 3, MAX_REGIONS = 4096, N_EVENTS = 9 };
 /* The flag hand-off's bound: a reply later than this is a failure of the
  * step (a CPU pass takes well under a millisecond), not a hang. */
 static const unsigned long long HANDOFF_TIMEOUT_NS = 2000000000ull;
@@ -77,6 +83,12 @@ typedef struct hy_pass {
     gpu_hybrid *hy;
     int layer;
 } hy_pass;
+
+/* The CPUs the pass's threads are pinned to, in order (gpu_options.cpu_pin). */
+typedef struct pin_job {
+    int cpus[CPU_SETSIZE];
+    int n_cpus;
+} pin_job;
 
 typedef struct hy_pending {
     int layer, expert, slot;
@@ -117,8 +129,28 @@ struct gpu_hybrid {
     int n_region;
     bool registered;
 
+    /* Staged prefill: two device buffers of stage_bytes, allocated once per
+     * session (never regrown: a captured step's copies point into them).
+     * MoE layer i (in MoE order) uses buffer i % 2; each layer's parts sit
+     * at stage_off within it, experts mat_bytes apart as in the mapping.
+     * tab_gen: the staging generation each layer's table row was written
+     * against (a row of an older generation would point into freed
+     * memory: counted as stale_stage_refs, rewritten). */
+    void *stage_base;
+    size_t stage_bytes, stage_alloc;
+    uint8_t *stage[2];
+    size_t *stage_off;       /* n_layer x N_PARTS */
+    int *moe_index, *next_moe; /* per layer: index among MoE layers (-1: dense); the next MoE layer (-1: none) */
+    int first_moe;
+    uint32_t stage_gen, *tab_gen;
+    uint64_t stage_step_bytes; /* bytes one streamed step copies */
+    int stream_min_tok;
+    gpuStream_t stage_s;
+    gpuEvent_t ev_stage_go, ev_landed[2], ev_free[2];
+
     thread_pool *pool;
     moe_scratch scratch;
+    hybrid_pass one;         /* decode's misses (one token): src/hybrid_pass.c */
     act_set x;
     hy_pass *pass;
 
@@ -130,6 +162,7 @@ struct gpu_hybrid {
     int n_pending;
     int rr;                  /* layer the next admission round starts at */
 
+    pin_job pin;             /* the CPU order when o.cpu_pin */
     pthread_t spinner;       /* flag hand-off: the CPU side */
     bool spinner_started;
     _Atomic bool stop, active;
@@ -209,6 +242,18 @@ static uint8_t *moving_slot(const gpu_hybrid *hy, int l)
     return moving_expert(hy, l) + hy->n_expert;
 }
 
+/* Where a streamed prefill reads part p of a missed expert e of layer l:
+ * the layer's staging buffer when there is one, else the pinned copy over
+ * the bus; NULL when neither (such a step splits instead). */
+static const uint8_t *miss_addr(const gpu_hybrid *hy, int l, int p, int e)
+{
+    const uint8_t *host = host_part(hy, l, p, e);
+    if (host == NULL || hy->stage_base == NULL || hy->moe_index[l] < 0)
+        return mapped_of(hy, host);
+    const wtensor *t = &hy->w->layer[l].w[part_role[p]];
+    return hy->stage[hy->moe_index[l] % 2] + hy->stage_off[(size_t)l * N_PARTS + p] + (size_t)e * t->mat_bytes;
+}
+
 /* Rewrites expert e's entries of layer l's mirror row from the split state. */
 static void mirror_expert(gpu_hybrid *hy, int l, int e)
 {
@@ -217,7 +262,8 @@ static void mirror_expert(gpu_hybrid *hy, int l, int e)
     tab_slot_of(hy->h.tab, hy, l)[e] = slot;
     for (int p = 0; p < N_PARTS; p++)
         tab_ptrs(hy->h.tab, hy, l, p)[e] = slot >= 0 ? slot_addr(hy, l, slot) + L->part_off[p]
-                                                     : mapped_of(hy, host_part(hy, l, p, e));
+                                                     : miss_addr(hy, l, p, e);
+    hy->tab_gen[l] = hy->stage_gen;
     hy->dirty[l] = true;
 }
 
@@ -279,7 +325,7 @@ static int collect_regions(gpu_hybrid *hy, hy_region *r)
     for (int l = 0; l < hy->n_layer && n + N_PARTS <= MAX_REGIONS; l++)
         for (int p = 0; p < N_PARTS; p++) {
             const wtensor *t = &hy->w->layer[l].w[part_role[p]];
-            if (t->data == NULL || !hy->w->layer[l].moe)
+            if (t->data == NULL || !is_moe(hy, l))
                 continue;
             const uintptr_t a = (uintptr_t)t->data / page * page;
             const uintptr_t b = ((uintptr_t)t->data + t->mat_bytes * (size_t)t->ne[2] + page - 1) / page * page;
@@ -344,6 +390,126 @@ static void pin_experts(gpu_hybrid *hy)
     }
     hy->registered = true;
     hy->c.register_ms = (double)(now_ns() - t0) / 1e6;
+}
+
+/* --- staged prefill: layer order, the staging area, its copies */
+
+/* MoE layers in order: each layer's index among them and the next one. */
+static void moe_order(gpu_hybrid *hy)
+{
+    int i = 0, prev = -1;
+    hy->first_moe = -1;
+    for (int l = 0; l < hy->n_layer; l++) {
+        hy->next_moe[l] = -1;
+        hy->moe_index[l] = is_moe(hy, l) ? i++ : -1;
+        if (hy->moe_index[l] < 0)
+            continue;
+        if (prev >= 0)
+            hy->next_moe[prev] = l;
+        else
+            hy->first_moe = l;
+        prev = l;
+    }
+}
+
+static size_t stack_bytes(const gpu_hybrid *hy, int l, int p)
+{
+    const wtensor *t = &hy->w->layer[l].w[part_role[p]];
+    return t->data == NULL ? 0 : t->mat_bytes * (size_t)t->ne[2];
+}
+
+/* Part offsets of every MoE layer inside a staging buffer (256-byte
+ * aligned), the largest layer's bytes, and what one streamed step copies. */
+static void stage_layout(gpu_hybrid *hy)
+{
+    hy->stage_bytes = 0;
+    hy->stage_step_bytes = 0;
+    for (int l = 0; l < hy->n_layer; l++) {
+        size_t off = 0;
+        for (int p = 0; p < N_PARTS && is_moe(hy, l); p++) {
+            hy->stage_off[(size_t)l * N_PARTS + p] = off;
+            off += (stack_bytes(hy, l, p) + 255) / 256 * 256;
+            hy->stage_step_bytes += stack_bytes(hy, l, p);
+        }
+        hy->stage_bytes = off > hy->stage_bytes ? off : hy->stage_bytes;
+    }
+}
+
+/* Two staging buffers, once per session, when the stacks are pinned (the
+ * copies are DMA from the pinned copy) and the device has room; without
+ * them a streamed prefill reads the pinned copy over the bus. */
+static void alloc_stage(gpu_hybrid *hy)
+{
+    moe_order(hy);
+    stage_layout(hy);
+    bool misses = false; /* a layer with fewer slots than experts: else nothing is ever staged */
+    for (int l = 0; l < hy->n_layer; l++)
+        misses |= is_moe(hy, l) && hy->st.layer[l].n_slots < hy->n_expert;
+    uint64_t free_b = 0, total_b = 0;
+    if (!hy->registered || !hy->o.stream_prefill || !misses || hy->stage_bytes == 0 ||
+        gpu_mem_device(&free_b, &total_b) != HYDRA_OK)
+        return;
+    const size_t bytes = 2 * hy->stage_bytes;
+    void *base = NULL;
+    if (bytes > free_b || gpu_mem_alloc(GPU_MEM_SCRATCH, bytes, &base, "prefill staging") != HYDRA_OK) {
+        if (hy->o.verbose)
+            fprintf(stderr, "hybrid: no room for the prefill staging area (%.1f MiB, %.1f MiB free): prefill reads "
+                    "missed experts over the bus\n", bytes / 1048576.0, free_b / 1048576.0);
+        return;
+    }
+    hy->stage_base = base;
+    hy->stage_alloc = bytes;
+    hy->stage[0] = base;
+    hy->stage[1] = (uint8_t *)base + hy->stage_bytes;
+    hy->stage_gen++;
+}
+
+static void free_stage(gpu_hybrid *hy)
+{
+    gpu_mem_free(GPU_MEM_SCRATCH, hy->stage_base, hy->stage_alloc);
+    hy->stage_base = NULL;
+    hy->stage_alloc = 0;
+    hy->stage_gen++;
+}
+
+/* Layer l's stacks from the pinned copy into staging buffer b on the stage
+ * stream (DMA), then ev_landed[b]. */
+static hydra_status stage_copy(gpu_hybrid *hy, int l, int b)
+{
+    for (int p = 0; p < N_PARTS; p++) {
+        const uint8_t *host = host_part(hy, l, p, 0);
+        if (host == NULL)
+            continue;
+        TRY(gpuMemcpyAsync(hy->stage[b] + hy->stage_off[(size_t)l * N_PARTS + p], copy_src(hy, host),
+                           stack_bytes(hy, l, p), gpuMemcpyHostToDevice, hy->stage_s),
+            "staging an expert stack");
+    }
+    TRY(gpuEventRecord(hy->ev_landed[b], hy->stage_s), "staging done");
+    return HYDRA_OK;
+}
+
+/* One MoE layer of a streamed step.  The first MoE layer starts the stage
+ * stream (its own and the next layer's stacks); every layer waits for its
+ * stacks, computes, and hands its buffer to the MoE layer after next.  All
+ * copies issued are waited for by the main stream, so a captured step
+ * joins the stage stream back. */
+static hydra_status staged_layer(gpu_session *g, gpu_hybrid *hy, int l, int n, const gk_norm_out *next)
+{
+    const int b = hy->moe_index[l] % 2, l1 = hy->next_moe[l], l2 = l1 >= 0 ? hy->next_moe[l1] : -1;
+    if (l == hy->first_moe) {
+        TRY(gpuEventRecord(hy->ev_stage_go, g->stream), "staging start");
+        TRY(GPU_RT(StreamWaitEvent)(hy->stage_s, hy->ev_stage_go, 0), "staging start");
+        TRY_ST(stage_copy(hy, l, b));
+        if (l1 >= 0)
+            TRY_ST(stage_copy(hy, l1, 1 - b));
+    }
+    TRY(GPU_RT(StreamWaitEvent)(g->stream, hy->ev_landed[b], 0), "waiting for staged experts");
+    TRY_ST(gpu_moe_experts(g, l, n, next));
+    if (l2 < 0)
+        return HYDRA_OK;
+    TRY(gpuEventRecord(hy->ev_free[b], g->stream), "staging buffer free");
+    TRY(GPU_RT(StreamWaitEvent)(hy->stage_s, hy->ev_free[b], 0), "staging buffer free");
+    return stage_copy(hy, l2, b);
 }
 
 /* --- allocation */
@@ -421,7 +587,12 @@ static hydra_status alloc_host(gpu_hybrid *hy)
     hy->pass = calloc(nl, sizeof *hy->pass);
     hy->pending = calloc(ne, sizeof *hy->pending);
     hy->moving = calloc(2 * ne, 1);
-    if (!hy->slab_off || !hy->counts_seen || !hy->score || !hy->dirty || !hy->pass || !hy->pending || !hy->moving)
+    hy->stage_off = calloc(nl * N_PARTS, sizeof *hy->stage_off);
+    hy->moe_index = calloc(nl, sizeof *hy->moe_index);
+    hy->next_moe = calloc(nl, sizeof *hy->next_moe);
+    hy->tab_gen = calloc(nl, sizeof *hy->tab_gen);
+    if (!hy->slab_off || !hy->counts_seen || !hy->score || !hy->dirty || !hy->pass || !hy->pending || !hy->moving ||
+        !hy->stage_off || !hy->moe_index || !hy->next_moe || !hy->tab_gen)
         return hydra_fail(HYDRA_ERR_NOMEM, "hybrid: tables of %d layers", hy->n_layer);
     for (int l = 0; l < hy->n_layer; l++)
         hy->pass[l] = (hy_pass){hy, l};
@@ -432,8 +603,10 @@ static hydra_status create_streams(gpu_hybrid *hy)
 {
     TRY(gpuStreamCreateWithFlags(&hy->side, gpuStreamNonBlocking), "hybrid side stream");
     TRY(gpuStreamCreateWithFlags(&hy->copy, gpuStreamNonBlocking), "hybrid copy stream");
-    gpuEvent_t *ev[4] = {&hy->ev_fork, &hy->ev_join, &hy->ev_tab, &hy->ev_copy};
-    for (int i = 0; i < 4; i++)
+    TRY(gpuStreamCreateWithFlags(&hy->stage_s, gpuStreamNonBlocking), "hybrid stage stream");
+    gpuEvent_t *ev[N_EVENTS] = {&hy->ev_fork,     &hy->ev_join,      &hy->ev_tab,     &hy->ev_copy, &hy->ev_stage_go,
+                                &hy->ev_landed[0], &hy->ev_landed[1], &hy->ev_free[0], &hy->ev_free[1]};
+    for (int i = 0; i < N_EVENTS; i++)
         TRY(GPU_RT(EventCreateWithFlags)(ev[i], GPU_ENUM(EventDisableTiming)), "hybrid events");
     return HYDRA_OK;
 }
@@ -447,12 +620,87 @@ static inline void spin_pause(void)
 #endif
 }
 
+/* --- pinning the CPU pass (gpu_options.cpu_pin) */
+
+static int sys_int(int cpu, const char *what)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
+    FILE *f = fopen(path, "r");
+    int v = -1;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* The CPUs this process may run on, the first of each physical core (by
+ * package and core id) before any second hardware thread of a core. */
+static int cpu_order(int *cpus, int cap)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    int n = 0, first = 0;
+    for (int round = 0; round < 2; round++)
+        for (int c = 0; c < CPU_SETSIZE && n < cap; c++) {
+            if (!CPU_ISSET(c, &set))
+                continue;
+            const int pkg = sys_int(c, "physical_package_id"), core = sys_int(c, "core_id");
+            bool sibling = false; /* a CPU of the same core listed before it */
+            for (int i = 0; i < first && round == 0 && !sibling; i++)
+                sibling = sys_int(cpus[i], "physical_package_id") == pkg && sys_int(cpus[i], "core_id") == core;
+            bool listed = false;
+            for (int i = 0; i < n && round == 1 && !listed; i++)
+                listed = cpus[i] == c;
+            if ((round == 0 && !sibling) || (round == 1 && !listed))
+                cpus[n++] = c;
+            first = round == 0 ? n : first;
+        }
+    return n;
+}
+
+/* Thread i of the pool (i >= 1; thread 0 is whoever calls the region)
+ * onto CPU i + 1 of the order: CPU 0 of the order stays for the
+ * application's thread and the driver, CPU 1 for the flag thread. */
+static void pin_task(void *ctx, int idx, int n_threads)
+{
+    (void)n_threads;
+    const pin_job *j = ctx;
+    if (idx == 0 || j->n_cpus < 2)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(j->cpus[(idx + 1) % j->n_cpus], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void pin_self(const pin_job *j, int at)
+{
+    if (j->n_cpus < 2)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(j->cpus[at % j->n_cpus], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void pin_pool(gpu_hybrid *hy)
+{
+    hy->pin.n_cpus = cpu_order(hy->pin.cpus, CPU_SETSIZE);
+    pool_run(hy->pool, pin_task, &hy->pin);
+}
+
 /* The flag hand-off's CPU side: answers each request number the split
  * kernel publishes with the CPU pass of its layer, then the same number as
  * the reply.  Spins while a step runs, polls every 50 us between steps. */
 static void *spinner_main(void *arg)
 {
     gpu_hybrid *hy = arg;
+    if (hy->o.cpu_pin)
+        pin_self(&hy->pin, 1);
     uint32_t seen = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
     while (!atomic_load(&hy->stop)) {
         const uint32_t req = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
@@ -565,6 +813,100 @@ static hydra_status init_split(gpu_hybrid *hy, const gpu_options *o)
     return st;
 }
 
+/* --- the prefill crossover */
+
+/* Seconds of the CPU pass (moe_experts on the pool, as cpu_pass runs it)
+ * over n_tok tokens of k routes each, token t choosing experts t*k ..
+ * t*k + k - 1 (mod n_expert): best of three.  The rows are the hand-off
+ * buffer's (zeros at creation; the kernels' time does not depend on the
+ * values). */
+static double time_cpu_pass(gpu_hybrid *hy, int l, moe_route *routes, int n_tok)
+{
+    const int64_t n_routes = (int64_t)n_tok * hy->n_used;
+    for (int64_t r = 0; r < n_routes; r++)
+        routes[r] = (moe_route){.token = (int32_t)(r / hy->n_used), .expert = (int32_t)(r % hy->n_expert),
+                                .weight = 1.0f};
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        const uint64_t t0 = now_ns();
+        act_bind(&hy->x, hy->h.x, n_tok);
+        moe_experts(hy->pool, &hy->scratch, &hy->w->layer[l], &hy->x, routes, n_routes, hy->h.part,
+                    (size_t)hy->n_embd);
+        const double s = (double)(now_ns() - t0) / 1e9;
+        best = s < best ? s : best;
+    }
+    return best;
+}
+
+/* Seconds of one MoE layer's staging copies: best of two. */
+static hydra_status time_stage(gpu_hybrid *hy, int l, double *sec)
+{
+    *sec = 1e30;
+    for (int rep = 0; rep < 2; rep++) {
+        const uint64_t t0 = now_ns();
+        TRY_ST(stage_copy(hy, l, 0));
+        TRY(gpuStreamSynchronize(hy->stage_s), "timing the staging copies");
+        const double s = (double)(now_ns() - t0) / 1e9;
+        *sec = s < *sec ? s : *sec;
+    }
+    return HYDRA_OK;
+}
+
+/* The shortest prefill step that streams: the first n (past the matvec
+ * range) whose split would keep the CPU longer than staging the layer's
+ * stacks takes.  Per MoE layer the split's CPU pass costs about
+ * experts x t_expert + routes x t_route over the layer's missed experts,
+ * fitted from a one-token pass (k experts, k routes) and an m-token pass
+ * (min(E, mk) experts, mk routes); with uniform routing over the E_miss
+ * experts outside the slab, n tokens touch E_miss (1 - (1 - k/E)^n) of
+ * them by n k E_miss / E routes.  options.stream_min_tokens > 0 overrides
+ * the choice (tests force streaming on tiny files). */
+static hydra_status calibrate(gpu_hybrid *hy)
+{
+    hy->stream_min_tok = hy->o.stream_min_tokens;
+    hy->c.stream_min_tokens = hy->stream_min_tok;
+    if (hy->stage_base == NULL)
+        return HYDRA_OK;
+    const int l = hy->first_moe, k = hy->n_used, E = hy->n_expert;
+    const int m = hy->max_rows < 64 ? (int)hy->max_rows : 64;
+    double t_stage = 0;
+    TRY_ST(time_stage(hy, l, &t_stage));
+    moe_route *routes = malloc(sizeof *routes * (size_t)m * (size_t)k);
+    if (routes == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "hybrid: calibration routes");
+    const double t1 = time_cpu_pass(hy, l, routes, 1), tm = time_cpu_pass(hy, l, routes, m);
+    free(routes);
+    const double d1 = k, r1 = k, dm = m * k < E ? m * k : E, rm = (double)m * k, det = d1 * rm - dm * r1;
+    double te = det > 0 ? (t1 * rm - tm * r1) / det : t1 / d1, tr = det > 0 ? (d1 * tm - dm * t1) / det : 0.0;
+    te = te > 0 ? te : 0;
+    tr = tr > 0 ? tr : 0;
+    const double e_miss = E - hybrid_resident(&hy->st, (uint32_t)l);
+    int cross = (int)hy->max_rows + 1;
+    for (int n = GK_MATVEC_MAX_TOK + 1; n <= hy->max_rows; n++) {
+        const double touched = e_miss * (1.0 - pow(1.0 - (double)k / E, n)), routes_miss = (double)n * k * e_miss / E;
+        if (touched * te + routes_miss * tr >= t_stage) {
+            cross = n;
+            break;
+        }
+    }
+    if (hy->stream_min_tok <= 0)
+        hy->stream_min_tok = cross;
+    size_t layer_bytes = 0;
+    for (int p = 0; p < N_PARTS; p++)
+        layer_bytes += stack_bytes(hy, l, p);
+    hy->c.stream_min_tokens = hy->stream_min_tok;
+    hy->c.stage_gbps = (double)layer_bytes / t_stage / 1e9;
+    hy->c.cpu_expert_us = te * 1e6;
+    hy->c.cpu_route_us = tr * 1e6;
+    if (hy->o.verbose)
+        fprintf(stderr, "hybrid: prefill crossover %d tokens%s (measured %d): staging %.1f MiB per MoE layer at %.1f "
+                "GB/s (%.2f ms); CPU pass %.1f us per expert + %.2f us per route; %.0f of %d experts of layer %d "
+                "outside the slab\n", hy->stream_min_tok, hy->o.stream_min_tokens > 0 ? " (set)" : "", cross,
+                layer_bytes / 1048576.0, hy->c.stage_gbps, t_stage * 1e3, hy->c.cpu_expert_us, hy->c.cpu_route_us,
+                e_miss, E, l);
+    return HYDRA_OK;
+}
+
 /* Resident experts over routed experts, all MoE layers. */
 static double resident_share(const gpu_hybrid *hy)
 {
@@ -604,18 +946,26 @@ hydra_status gpu_hybrid_create(gpu_session *g)
     TRY_ST(alloc_pinned(hy));
     TRY_ST(create_streams(hy));
     TRY_ST(pool_create(&hy->pool, threads));
+    if (g->o.cpu_pin)
+        pin_pool(hy);
     TRY_ST(moe_scratch_init(&hy->scratch, w, g->o.n_batch));
+    TRY_ST(hybrid_pass_init(&hy->one, w));
     TRY_ST(act_init(&hy->x, w, w->hp.n_embd, g->o.n_batch));
     if (g->o.stream_prefill || g->o.admit_bytes_per_token > 0)
         pin_experts(hy);
+    alloc_stage(hy);
     TRY_ST(fill_slab(g, hy));
+    TRY_ST(calibrate(hy));
     if (g->o.handoff_flags)
         TRY_ST(start_spinner(hy));
     hy->c.registered = hy->registered;
     if (g->o.verbose)
         fprintf(stderr, "hybrid: slab %.1f MiB (%.0f%% of the MoE layers' experts), expert stacks %s, %d CPU "
                 "threads\n", hy->c.slab_bytes / 1048576.0, 100.0 * resident_share(hy),
-                hy->registered ? "pinned (prefill streams misses)" : "not pinned", threads);
+                !hy->registered    ? "not pinned"
+                : hy->stage_base ? "pinned (prefill stages them through 2 device buffers)"
+                                 : "pinned (prefill reads misses over the bus)",
+                threads);
     return HYDRA_OK;
 }
 
@@ -632,18 +982,23 @@ void gpu_hybrid_free(gpu_session *g)
         gpuStreamSynchronize(hy->copy);
     if (hy->side != NULL)
         gpuStreamSynchronize(hy->side);
+    if (hy->stage_s != NULL)
+        gpuStreamSynchronize(hy->stage_s);
+    free_stage(hy);
     unpin_all(hy);
     free(hy->region);
-    gpuEvent_t ev[4] = {hy->ev_fork, hy->ev_join, hy->ev_tab, hy->ev_copy};
-    for (int i = 0; i < 4; i++)
+    gpuEvent_t ev[N_EVENTS] = {hy->ev_fork,     hy->ev_join,      hy->ev_tab,     hy->ev_copy, hy->ev_stage_go,
+                               hy->ev_landed[0], hy->ev_landed[1], hy->ev_free[0], hy->ev_free[1]};
+    for (int i = 0; i < N_EVENTS; i++)
         if (ev[i] != NULL)
             gpuEventDestroy(ev[i]);
-    if (hy->side != NULL)
-        gpuStreamDestroy(hy->side);
-    if (hy->copy != NULL)
-        gpuStreamDestroy(hy->copy);
+    gpuStream_t streams[3] = {hy->side, hy->copy, hy->stage_s};
+    for (int i = 0; i < 3; i++)
+        if (streams[i] != NULL)
+            gpuStreamDestroy(streams[i]);
     pool_destroy(hy->pool);
     moe_scratch_free(&hy->scratch);
+    hybrid_pass_free(&hy->one);
     act_free(&hy->x);
     gpu_mem_free(GPU_MEM_PINNED, hy->pin_base, hy->pin_bytes);
     gpu_mem_free(GPU_MEM_WEIGHTS, hy->dev_base, hy->dev_bytes);
@@ -655,6 +1010,10 @@ void gpu_hybrid_free(gpu_session *g)
     free(hy->pass);
     free(hy->pending);
     free(hy->moving);
+    free(hy->stage_off);
+    free(hy->moe_index);
+    free(hy->next_moe);
+    free(hy->tab_gen);
     free(hy);
     g->hy = NULL;
 }
@@ -671,10 +1030,14 @@ static void cpu_pass(void *arg)
     const int64_t n_tok = hy->step_tok, n_routes = n_tok * hy->n_used;
     hybrid_count(&hy->st, (uint32_t)p->layer, n_routes, n_routes - n_miss);
     if (n_miss > 0) {
+        const layer_weights *lw = &hy->w->layer[p->layer];
+        const moe_route *miss = (const moe_route *)hy->h.miss;
         memset(hy->h.part, 0, sizeof(float) * (size_t)(n_tok * hy->n_embd));
         act_bind(&hy->x, hy->h.x, n_tok);
-        moe_experts(hy->pool, &hy->scratch, &hy->w->layer[p->layer], &hy->x, (const moe_route *)hy->h.miss, n_miss,
-                    hy->h.part, (size_t)hy->n_embd);
+        /* one token: the batch-chunked pass (same bits as moe_experts) */
+        if (n_tok != 1 ||
+            !hybrid_pass_token(&hy->one, hy->pool, lw, hy->w->arch->act, &hy->x, miss, n_miss, hy->h.part))
+            moe_experts(hy->pool, &hy->scratch, lw, &hy->x, miss, n_miss, hy->h.part, (size_t)hy->n_embd);
     }
     hy->h.cpu_ns[p->layer] = now_ns() - t0;
 }
@@ -715,11 +1078,11 @@ static hydra_status split_layer(gpu_session *g, gpu_hybrid *hy, int l, int n, co
     return HYDRA_OK;
 }
 
-/* Whether a step of n tokens streams missed experts (grouped matmul over
- * registered host memory) instead of splitting. */
+/* Whether a step of n tokens streams missed experts (staged copies, or
+ * the grouped matmul over the pinned copy) instead of splitting. */
 static bool streams(const gpu_hybrid *hy, int n)
 {
-    return n > GK_MATVEC_MAX_TOK && hy->registered && hy->o.stream_prefill;
+    return n > GK_MATVEC_MAX_TOK && n >= hy->stream_min_tok && hy->registered && hy->o.stream_prefill;
 }
 
 hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out *next)
@@ -728,6 +1091,8 @@ hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out 
     if (!streams(hy, n))
         return split_layer(g, hy, l, n, next);
     TRY(gk_hy_count(g->stream, g->routes, n * hy->n_used, hy->d_counts + (size_t)l * hy->n_expert), "counting");
+    if (hy->stage_base != NULL)
+        return staged_layer(g, hy, l, n, next);
     return gpu_moe_experts(g, l, n, next);
 }
 
@@ -756,6 +1121,19 @@ static hydra_status install_landed(gpu_hybrid *hy)
     return HYDRA_OK;
 }
 
+/* No table row may point into a staging generation that is gone: such a
+ * row is counted and rewritten before the step. */
+static void check_stage_gen(gpu_hybrid *hy)
+{
+    for (int l = 0; l < hy->n_layer; l++) {
+        if (!is_moe(hy, l) || hy->tab_gen[l] == hy->stage_gen)
+            continue;
+        hy->c.stale_stage_refs++;
+        for (int e = 0; e < hy->n_expert; e++)
+            mirror_expert(hy, l, e);
+    }
+}
+
 /* No table entry may point at a slot whose copy is in flight. */
 static void check_in_flight(gpu_hybrid *hy)
 {
@@ -774,7 +1152,12 @@ hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n)
     hy->step_split = !streams(hy, (int)n);
     atomic_store(&hy->active, true);
     TRY_ST(install_landed(hy));
+    check_stage_gen(hy);
     TRY_ST(upload_tables(hy, g->stream));
+    if (!hy->step_split && hy->stage_base != NULL) {
+        hy->c.staged_steps++;
+        hy->c.stage_bytes += hy->stage_step_bytes;
+    }
     check_in_flight(hy);
     hybrid_begin_step(&hy->st, n, n == 1);
     if (n == 1)
@@ -995,6 +1378,10 @@ void gpu_hybrid_counters_reset(gpu_session *g)
     memset(&hy->c, 0, sizeof hy->c);
     hy->c.registered = keep.registered;
     hy->c.register_ms = keep.register_ms;
+    hy->c.stream_min_tokens = keep.stream_min_tokens;
+    hy->c.stage_gbps = keep.stage_gbps;
+    hy->c.cpu_expert_us = keep.cpu_expert_us;
+    hy->c.cpu_route_us = keep.cpu_route_us;
     hy->c.slab_bytes = keep.slab_bytes;
     hy->c.table_version = keep.table_version;
 }
