@@ -42,7 +42,7 @@ ifeq ($(CUDA),1)
 LIB_SRC   += $(filter-out src/gpu/gpu_off.c,$(wildcard src/gpu/*.c))
 CU_SRC    := $(wildcard kernels/cuda/*.cu)
 CFLAGS    += -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl  # -ldl: NCCL loaded at run time (docs/DEPENDENCIES.md)
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCCFLAGS  := -std=c++17 -O2 -g -Xcompiler -fPIC,-fvisibility=hidden,-Wall -Werror all-warnings \

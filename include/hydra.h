@@ -211,6 +211,15 @@ typedef enum hydra_hybrid_mode {
     HYDRA_HYBRID_CUDA = 2,      /* slab in VRAM, misses on the CPU (backend CUDA) */
 } hydra_hybrid_mode;
 
+/* How a CUDA session spreads over several GPUs (llama.cpp's -sm). */
+typedef enum hydra_split_mode {
+    HYDRA_SPLIT_NONE = 0,   /* default: one device (main_gpu) */
+    HYDRA_SPLIT_LAYER = 1,  /* contiguous layers per device */
+    HYDRA_SPLIT_TENSOR = 2, /* heads, FFN columns and experts per device, all-reduced per sublayer */
+} hydra_split_mode;
+
+#define HYDRA_MAX_DEVICES 16
+
 typedef struct hydra_session_params {
     uint32_t n_ctx;        /* positions the cache holds; 0 = the model's context_length */
     uint32_t n_batch;      /* most tokens computed in one step (longer inputs are split); 0 = 512 */
@@ -229,7 +238,20 @@ typedef struct hydra_session_params {
     double resident_fraction;  /* 0..1 (default 0.5) */
     const char *pin_file;      /* expert ranking / pin file (src/expert_rank.h); NULL: none */
     uint64_t vram_budget;      /* bytes for the device (the slab in the CPU split); 0: none */
+    /* Several GPUs (backend CUDA; docs/MULTIGPU.md): HYDRA_SPLIT_LAYER gives
+     * each device a contiguous range of layers, the hidden state copied
+     * device to device once per boundary; HYDRA_SPLIT_TENSOR splits every
+     * layer's heads, FFN columns and experts (needs NCCL at run time).
+     * tensor_split: each device's share (all zero: by free memory).
+     * main_gpu: the device of HYDRA_SPLIT_NONE, else the one holding the
+     * output head.  With a split, vram_budget is per device. */
+    hydra_split_mode split_mode;            /* HYDRA_SPLIT_NONE by default */
+    float tensor_split[HYDRA_MAX_DEVICES];  /* -ts */
+    int main_gpu;                           /* --main-gpu, 0 by default */
 } hydra_session_params;
+
+/* CUDA devices this process sees (0 without a CUDA build or device). */
+HYDRA_API int hydra_cuda_device_count(void);
 
 /* Whether this build has the CUDA backend and a CUDA device is present. */
 HYDRA_API bool hydra_cuda_available(void);

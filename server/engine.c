@@ -186,6 +186,14 @@ static bool warm_up(engine *e, slot *s)
  * draft session and decoder per slot (same context and batch as the slot). */
 static bool load_draft(engine *e, const hydra_session_params *sp)
 {
+    /* a step's rows must fit the leading session's batch, min(-b, its context) (flags.c checked -b) */
+    const long long rows = (long long)e->n_slots * (e->o->spec_n_max + 1);
+    if ((long long)e->slot_ctx < rows) {
+        snprintf(e->error, sizeof e->error, "-md: a slot's context of %u positions is less than -np x "
+                 "(--spec-draft-n-max + 1) = %lld, the rows of a step (raise -c or lower --spec-draft-n-max)",
+                 e->slot_ctx, rows);
+        return false;
+    }
     hydra_model_params mp = hydra_model_default_params();
     mp.path = e->o->draft_path;
     mp.progress = keep_loading;
@@ -200,6 +208,7 @@ static bool load_draft(engine *e, const hydra_session_params *sp)
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = e->o->spec_n_max;
     pp.p_min = e->o->spec_p_min;
+    pp.fixed_width = e->o->spec_fixed_width;
     for (int i = 0; i < e->n_slots; i++)
         if (slot_init_spec(&e->slots[i], e->draft_model, sp, &pp) != HYDRA_OK) {
             snprintf(e->error, sizeof e->error, "-md %s: slot %d: %s", e->o->draft_path, i, hydra_last_error());

@@ -193,6 +193,9 @@ static const flag flags[] = {
      "with -md: most tokens drafted per step; each generating slot takes N + 1 rows of a step (default 16)"},
     {"--spec-draft-p-min --draft-p-min", "P", parse_float, OFF(spec_p_min), 0, 1,
      "with -md: drafting stops when the draft's most probable token has less (default 0.75)"},
+    {"--spec-fixed-width", NULL, parse_switch, OFF(spec_fixed_width), 0, 0,
+     "with -md: pad every verify pass to N + 1 rows (one width, as a captured CUDA graph needs; on the CPU the "
+     "padded rows cost compute; default: the drafts + 1 rows)"},
     {"--temp", "T", parse_float, SAMPLING(temperature), 0, 2, "default temperature (0.8)"},
     {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, "default top-k (40; 0: off)"},
     {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, "default top-p (0.95)"},

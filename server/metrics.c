@@ -151,8 +151,8 @@ bool metrics_render(sbuf *out, const metrics_gauges *g)
                      "and step).", (double)m.verify_passes) &&
               scalar(out, "hydra:spec_verify_rows_total", "counter", "Rows of the verify passes, padding included.",
                      (double)m.verify_rows) &&
-              scalar(out, "hydra:spec_verify_widths", "gauge", "Distinct verify widths used since the start (1 in "
-                     "steady state: the width is fixed at --spec-draft-n-max + 1).", m.n_widths) &&
+              scalar(out, "hydra:spec_verify_widths", "gauge", "Distinct verify widths used since the start (1 with "
+                     "--spec-fixed-width).", m.n_widths) &&
               family(out, "hydra:requests_finished_total", "counter", "Generation requests finished, by reason.");
     for (int f = FINISH_STOP; f < N_FINISH && ok; f++)
         ok = sbuf_addf(out, "hydra:requests_finished_total{reason=\"%s\"} %llu\n", finish_names[f], m.finished[f]);

@@ -55,6 +55,7 @@ typedef struct serve_opts {
     const char *draft_path;     /* -md: a draft model for speculative decoding; NULL: none */
     int spec_n_max;             /* --spec-draft-n-max: most drafts per step */
     float spec_p_min;           /* --spec-draft-p-min: drafting stops below this confidence */
+    bool spec_fixed_width;      /* --spec-fixed-width: every verify pass padded to spec_n_max + 1 rows */
     hydra_sampler_params sampling; /* request defaults */
     long long seed;             /* -s; -1: a fresh seed per request */
 } serve_opts;

@@ -56,6 +56,29 @@ HYDRA_API bool hydra_cuda_available(void)
     return gpu_available(NULL);
 }
 
+HYDRA_API int hydra_cuda_device_count(void)
+{
+    return gpu_available(NULL) ? gpu_device_count() : 0;
+}
+
+/* Several GPUs (docs/MULTIGPU.md): the split the device side plans, and
+ * the devices it will use (the nonzero -ts shares, else all). */
+static int cuda_split_options(const hydra_session_params *p, gpu_options *go)
+{
+    go->device = p->main_gpu;
+    if (p->split_mode == HYDRA_SPLIT_NONE)
+        return 1;
+    go->split = (gpu_split){.mode = (int)p->split_mode, .main_gpu = p->main_gpu, .budget = p->vram_budget};
+    int used = 0;
+    for (int d = 0; d < HYDRA_MAX_DEVICES; d++)
+        if (p->tensor_split[d] > 0) {
+            go->split.n_ratio = d + 1;
+            used++;
+        }
+    memcpy(go->split.ratio, p->tensor_split, sizeof go->split.ratio);
+    return used > 0 ? used : gpu_device_count();
+}
+
 static long read_long(const char *fmt, int cpu)
 {
     char path[128];
@@ -131,6 +154,12 @@ static hydra_status check_params(const hydra_session_params *p)
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "hybrid mode cuda puts the expert slab on a CUDA device: %s", why);
     if (p->hybrid == HYDRA_HYBRID_CUDA && p->backend != HYDRA_BACKEND_CUDA)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode cuda runs on the CUDA backend (HYDRA_BACKEND_CUDA)");
+    if (p->split_mode < HYDRA_SPLIT_NONE || p->split_mode > HYDRA_SPLIT_TENSOR || p->main_gpu < 0 ||
+        p->main_gpu >= HYDRA_MAX_DEVICES)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "split mode %d (none, layer or tensor), main GPU %d (0 to %d)",
+                          (int)p->split_mode, p->main_gpu, HYDRA_MAX_DEVICES - 1);
+    if ((p->split_mode != HYDRA_SPLIT_NONE || p->main_gpu != 0) && p->backend != HYDRA_BACKEND_CUDA)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "a split over GPUs (split mode, main GPU) needs the CUDA backend");
     if (p->hybrid != HYDRA_HYBRID_OFF && p->hybrid != HYDRA_HYBRID_CPU_SPLIT && p->hybrid != HYDRA_HYBRID_CUDA)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "hybrid mode %d: off, cpu_split or cuda", (int)p->hybrid);
     return HYDRA_OK;
@@ -146,9 +175,12 @@ static hydra_status check_params(const hydra_session_params *p)
  * busy oversubscribe it).  Admissions may move 8 MiB per token of a step
  * (a decode step moves at most one expert per layer; a prefill of 512
  * tokens may re-pin the slab from the prompt's counts). */
-static hydra_status cuda_hybrid_options(hydra_session *s, const hydra_session_params *p, gpu_options *go)
+static hydra_status cuda_hybrid_options(hydra_session *s, const hydra_session_params *p, gpu_options *go,
+                                        int n_devices)
 {
-    hydra_status st = hybrid_setup(&s->hybrid, &s->w, p, go->n_ctx, go->n_batch, go->kv_type);
+    hydra_session_params pooled = *p; /* a split's slab plan: the devices' budgets pooled */
+    pooled.vram_budget = p->vram_budget * (uint64_t)n_devices;
+    hydra_status st = hybrid_setup(&s->hybrid, &s->w, &pooled, go->n_ctx, go->n_batch, go->kv_type);
     if (st != HYDRA_OK)
         return st;
     const int cores_left = physical_cores() - 2;
@@ -186,8 +218,9 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
     const uint32_t kv_type = p.kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16;
     if (st == HYDRA_OK && p.backend == HYDRA_BACKEND_CUDA) {
         gpu_options go = {.n_ctx = n_ctx, .n_batch = s->n_batch, .kv_type = kv_type, .graphs = p.cuda_graphs};
+        const int n_devices = cuda_split_options(&p, &go);
         if (p.hybrid == HYDRA_HYBRID_CUDA)
-            st = cuda_hybrid_options(s, &p, &go);
+            st = cuda_hybrid_options(s, &p, &go, n_devices);
         if (st == HYDRA_OK)
             st = gpu_session_create(&s->gpu, &s->w, &go);
         hybrid_free(&s->hybrid); /* the device side keeps its own split */

@@ -7,7 +7,8 @@
  * for itself keeps every draft; a coarser quantisation of it is sometimes
  * rejected, so the rollback runs), streaming, max_tokens and stop strings
  * cut as without, the acceptance counters in timings and /metrics, one
- * verify width throughout, and bad flags refused naming the flag.
+ * verify width throughout when padded, and bad flags refused naming the
+ * flag.
  */
 #include "server/server_util.h"
 #include "quant.h"
@@ -315,8 +316,14 @@ static void check_same_replies(test_ctx *t_, const reply plain[N_CLIENTS], const
     const double widths = metric(r.body, "hydra:spec_verify_widths");
     ts_resp_free(&r);
     SCHECK(s, m_drafted == drafted && m_kept == kept);
-    /* one verify width throughout (padded), so one graph would serve every pass */
-    SCHECK(s, widths == 1 && passes > 0 && rows == passes * (n_max + 1));
+    /* padded: one verify width throughout, so one graph would serve every
+     * pass; else each pass is its drafts + 1 rows */
+    const bool fixed = strstr(flags, "--spec-fixed-width") != NULL;
+    if (passes <= 0 || (fixed && (widths != 1 || rows != passes * (n_max + 1))) ||
+        (!fixed && (widths < 1 || rows != passes + drafted))) {
+        ts_stop(&s);
+        FAIL("%s: %g verify widths, %g passes, %g rows, %d drafted", flags, widths, passes, rows, drafted);
+    }
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -329,9 +336,11 @@ TEST(server_spec_greedy_equals_plain_for_concurrent_clients)
     const char *self = ts_model(), *coarse = coarse_draft();
     CHECK(self != NULL && coarse != NULL);
     /* drafting for itself: every draft kept */
-    check_same_replies(TEST_CTX, plain, self, "--spec-draft-n-max 4 --spec-draft-p-min 0", 4, true);
-    /* a Q4_0 copy drafting: some rejected and rolled back; variable widths of drafts */
+    check_same_replies(TEST_CTX, plain, self, "--spec-draft-n-max 4 --spec-draft-p-min 0 --spec-fixed-width", 4, true);
+    /* a Q4_0 copy drafting: some rejected and rolled back; exact widths, then padded */
     check_same_replies(TEST_CTX, plain, coarse, "--spec-draft-n-max 5 --spec-draft-p-min 0", 5, false);
+    check_same_replies(TEST_CTX, plain, coarse, "--spec-draft-n-max 3 --spec-draft-p-min 0 --spec-fixed-width", 3,
+                       false);
     /* two slots (requests queue), the other spellings, a p-min (drafting may stop early) */
     check_same_replies(TEST_CTX, plain, self, "--draft-max 16 --draft-p-min 0.05 -np 2", 16, true);
 }
@@ -433,6 +442,8 @@ TEST(server_spec_bad_flags_are_refused_naming_them)
     REFUSED(args, 2, "--spec-draft-p-min '1.5': must be a number from 0 to 1");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s -np 4 -b 40", m, m);
     REFUSED(args, 2, "-b 40: with -md, at least -np x (--spec-draft-n-max + 1) = 4 x 17 = 68");
+    snprintf(args, sizeof args, "-m %s --port 0 -md %s -c 32 -np 2 --spec-draft-n-max 15", m, m);
+    REFUSED(args, 1, "-md: a slot's context of 16 positions is less than -np x (--spec-draft-n-max + 1) = 32");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s", m, util_scratch_path("no-such-draft.gguf"));
     REFUSED(args, 1, "-md ");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s", m, other_path);

@@ -153,8 +153,9 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
         return gpu_mla_attention(g, l, sh);
     TRY_ST(project_qkv(g, l, n));
 
-    uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
-    uint8_t *v_cache = g->v_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->v_row * g->kv_elem;
+    const size_t kv_l = (size_t)(l - g->o.layer0); /* the cache holds the session's layers only */
+    uint8_t *k_cache = g->k_cache + kv_l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
+    uint8_t *v_cache = g->v_cache + kv_l * (size_t)g->o.n_ctx * (size_t)g->v_row * g->kv_elem;
     const gk_rope r = {.q = g->q, .k = g->k, .v = g->v, .q_norm = gw_vec(gw_at(gw, l, W_ATTN_Q_NORM)),
                        .k_norm = gw_vec(gw_at(gw, l, W_ATTN_K_NORM)), .eps = hp->norm_eps, .n_head = (int)hp->n_head,
                        .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
@@ -329,7 +330,7 @@ static hydra_status moe(gpu_session *g, int l, int n)
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
-    const bool ends = sh_gate->data == NULL && l + 1 < (int)g->w->hp.n_layer;
+    const bool ends = sh_gate->data == NULL && l + 1 < gpu_layer_end(g); /* the next layer is on this device */
     const bool q8 = n <= GK_MATVEC_MAX_TOK;
     const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
                               .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
@@ -371,12 +372,16 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
     const arch_hparams *hp = &g->w->hp;
     const int n = (int)sh->n_tok;
     g->xn_normed = false;
-    TRY(gk_embed(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x), "embedding");
-    gpu_prof_mark(g, OP_EMBED);
-    for (int l = 0; l < (int)hp->n_layer; l++) {
+    if (g->o.layer0 == 0) { /* else a layer split's later part: x came from the previous device */
+        TRY(gk_embed(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x), "embedding");
+        gpu_prof_mark(g, OP_EMBED);
+    }
+    for (int l = g->o.layer0; l < gpu_layer_end(g); l++) {
         TRY_ST(attention(g, l, sh));
         TRY_ST(feed_forward(g, l, n));
     }
+    if (gpu_layer_end(g) < (int)hp->n_layer)
+        return HYDRA_OK; /* the output head is on a later device */
     const int first = sh->all_rows ? 0 : n - 1;
     TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
     return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);

@@ -54,12 +54,15 @@ typedef struct gpu_weights {
     gk_mat global[W_COUNT];
     gk_mat *layer; /* n_layer x W_COUNT; data NULL where the host binding is empty */
     int n_layer;
+    int layer0, layer1; /* the layers copied (a layer split's part); the others' gk_mat stay zero */
 } gpu_weights;
 
 /* Checks that the kernels can run every bound tensor, then copies them into
  * one device allocation.  skip_experts (hybrid): the routed expert stacks
- * stay on the host; their gk_mat keeps shape and type, data NULL. */
-hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts);
+ * stay on the host; their gk_mat keeps shape and type, data NULL.  Only
+ * layers [layer0, layer1) are copied (with the embedding when layer0 is 0,
+ * the output head when layer1 is the last). */
+hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts, int layer0, int layer1);
 void gpu_weights_free(gpu_weights *gw);
 
 static inline const gk_mat *gw_at(const gpu_weights *gw, int layer, arch_role role)
@@ -107,6 +110,7 @@ typedef struct step_shape {
     int64_t n_tok;
     int64_t max_kv;   /* context bucket: the attention grid's bound */
     int64_t all_rows; /* logits of every row (else the last) */
+    uint64_t generation; /* multi-GPU: the split cache's generation (split.h); 0 alone */
 } step_shape;
 
 typedef struct graph_entry {
@@ -149,6 +153,7 @@ struct gpu_session {
     float *h_logits;           /* one row */
 
     struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid.c */
+    struct gpu_multi *multi;   /* a split over devices: this session only drives its parts (gpu_multi.c) */
 
     graph_entry graphs[GRAPH_CACHE];
     int n_graphs, next_evict;
@@ -184,6 +189,38 @@ hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out 
 hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n);
 hydra_status gpu_hybrid_enqueue_tail(gpu_session *g);
 hydra_status gpu_hybrid_end_step(gpu_session *g);
+
+/* --- multi-GPU (gpu_multi.c): a session over several devices, each part
+ * a session of its own running a layer range (gpu_options.split). */
+hydra_status gpu_multi_create(gpu_session **out, const model_weights *w, const gpu_options *o);
+void gpu_multi_free(gpu_session *g);
+hydra_status gpu_multi_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
+                               float *logits);
+void gpu_multi_stats(const gpu_session *g, gpu_stats *out);
+void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, bool reset);
+
+/* NCCL, loaded at run time (gpu_multi_nccl.c): one communicator per device
+ * of one process; gpu_nccl_sum all-reduces buf[i] (count floats, in
+ * place) on streams[i] of every device as one group. */
+typedef struct gpu_nccl gpu_nccl;
+hydra_status gpu_nccl_open(gpu_nccl **out, int n, const int *devices);
+void gpu_nccl_close(gpu_nccl *c); /* NULL is allowed */
+hydra_status gpu_nccl_sum(gpu_nccl *c, float *const *buf, size_t count, const gpuStream_t *streams);
+
+/* One step of a session in two halves (gpu_session.c), so that several
+ * sessions can be chained on their streams: launch copies the step's
+ * tokens and enqueues it (or replays its graph); finish copies the logits
+ * back when the session runs the output head, waits for the stream, and
+ * ends the hybrid step. */
+hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
+                             uint64_t generation);
+hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *logits);
+
+/* The end of the session's layer range. */
+static inline int gpu_layer_end(const gpu_session *g)
+{
+    return g->o.layer1 > 0 ? g->o.layer1 : (int)g->w->hp.n_layer;
+}
 
 /* --- graph cache (gpu_graph.c): runs the step of this shape, capturing it
  * on first use, replaying it after. */

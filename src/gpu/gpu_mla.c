@@ -180,7 +180,7 @@ hydra_status gpu_mla_attention(gpu_session *g, int l, const step_shape *sh)
     const int row = lora + rot, nope = (int)hp->head_dim_k - rot, dv = (int)hp->head_dim_v;
     TRY_ST(queries(g, l, n));
     TRY_ST(gpu_linear(g, gw_at(gw, l, W_ATTN_KV_A_MQA), &g->xn, 0, n, m->latent, row, NULL, false, OP_QKV));
-    uint8_t *k_cache = g->k_cache + (size_t)l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
+    uint8_t *k_cache = g->k_cache + (size_t)(l - g->o.layer0) * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
     const rope_params *rp = &hp->rope;
     const gk_mla prep = {.latent = m->latent, .kv_norm = gw_vec(gw_at(gw, l, W_ATTN_KV_A_NORM)), .q = g->q,
                          .q_nope = m->q_nope.f, .q_lat = m->q_lat, .k_cache = k_cache,

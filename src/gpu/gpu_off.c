@@ -18,6 +18,24 @@ bool gpu_available(const char **why)
     return false;
 }
 
+int gpu_device_count(void)
+{
+    return 0;
+}
+
+hydra_status gpu_mem_device_of(int device, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    (void)device;
+    return gpu_mem_device(free_bytes, total_bytes);
+}
+
+hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err)
+{
+    (void)n_dev, (void)count;
+    *max_err = 0;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
 const char *gpu_purpose_name(gpu_purpose p)
 {
     (void)p;
@@ -194,5 +212,20 @@ hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, con
                                    int32_t *experts, float *weights)
 {
     (void)c, (void)w, (void)x, (void)logits, (void)experts, (void)weights;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                     float *y)
+{
+    (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float *q, const float *k, const float *v,
+                                      float *out_ref, float *out_fused, int8_t *out_q, float *out_d,
+                                      bool *same_cache)
+{
+    (void)c, (void)q, (void)k, (void)v, (void)out_ref, (void)out_fused, (void)out_q, (void)out_d, (void)same_cache;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }

@@ -96,7 +96,8 @@ static hydra_status alloc_kv(gpu_session *g)
         g->k_row = (int64_t)k_elems;
         g->v_row = (int64_t)v_elems;
     }
-    const size_t rows = (size_t)hp->n_layer * (size_t)g->o.n_ctx;
+    /* The session's own layers only (a layer split's part: gpu_multi.c) */
+    const size_t rows = (size_t)(gpu_layer_end(g) - g->o.layer0) * (size_t)g->o.n_ctx;
     carve c = {0};
     CARVE(&c, g->k_cache, rows * (size_t)g->k_row * g->kv_elem);
     CARVE(&c, g->v_cache, rows * (size_t)g->v_row * g->kv_elem);
@@ -187,6 +188,11 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
     hydra_status st = check_model(w);
     if (st != HYDRA_OK)
         return st;
+    if (o->split.mode != 0) /* several devices: gpu_multi.c makes a session per part */
+        return gpu_multi_create(out, w, o);
+    gpuError_t e_dev = gpuSetDevice(o->device); /* every allocation and stream below is on it */
+    if (e_dev != gpuSuccess)
+        return gpu_fail(e_dev, "selecting the session's device");
     gpu_session *g = calloc(1, sizeof *g);
     if (g == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "CUDA session");
@@ -197,7 +203,7 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
     gpuError_t e = gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking);
     st = e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "creating a stream");
     if (st == HYDRA_OK)
-        st = gpu_weights_upload(&g->gw, w, g->o.hybrid);
+        st = gpu_weights_upload(&g->gw, w, g->o.hybrid, g->o.layer0, gpu_layer_end(g));
     if (st == HYDRA_OK)
         st = alloc_kv(g);
     if (st == HYDRA_OK)
@@ -220,6 +226,11 @@ void gpu_session_free(gpu_session *g)
 {
     if (g == NULL)
         return;
+    if (g->multi != NULL) {
+        gpu_multi_free(g);
+        return;
+    }
+    gpuSetDevice(g->o.device);
     if (g->stream != NULL)
         gpuStreamSynchronize(g->stream);
     gpu_graph_free_all(g);
@@ -259,9 +270,9 @@ static void profile_collect(gpu_session *g)
     g->prof_steps++;
 }
 
-hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows, float *logits)
+hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
+                             uint64_t generation)
 {
-    const uint32_t n_vocab = g->w->hp.n_vocab;
     *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n};
     memcpy(g->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step), gpuMemcpyHostToDevice, g->stream);
@@ -269,7 +280,8 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
         e = gpuMemcpyAsync(g->d_tokens, g->h_tokens, sizeof(int32_t) * (size_t)n, gpuMemcpyHostToDevice, g->stream);
     if (e != gpuSuccess)
         return gpu_fail(e, "copying the step's tokens");
-    const step_shape sh = {.n_tok = n, .max_kv = context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
+    const step_shape sh = {.n_tok = n, .max_kv = context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows,
+                           .generation = generation};
     g->n_ev = 0;
     gpu_prof_mark(g, OP_COUNT);
     hydra_status st = g->hy != NULL ? gpu_hybrid_begin_step(g, n) : HYDRA_OK;
@@ -277,19 +289,26 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
         st = g->o.graphs ? gpu_graph_run(g, &sh) : gpu_enqueue_step(g, &sh);
     if (st == HYDRA_OK && g->hy != NULL)
         st = gpu_hybrid_enqueue_tail(g);
-    if (st != HYDRA_OK) {
+    if (st != HYDRA_OK)
         gpuStreamSynchronize(g->stream);
-        return st;
-    }
+    return st;
+}
+
+hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *logits)
+{
+    const uint32_t n_vocab = g->w->hp.n_vocab;
     const size_t rows = all_rows ? (size_t)n : 1;
-    e = gpuMemcpyAsync(all_rows ? logits : g->h_logits, g->logits, sizeof(float) * rows * n_vocab,
-                       gpuMemcpyDeviceToHost, g->stream);
+    const bool head = gpu_layer_end(g) == (int)g->w->hp.n_layer; /* else a layer split's earlier part */
+    gpuError_t e = gpuSuccess;
+    if (head)
+        e = gpuMemcpyAsync(all_rows ? logits : g->h_logits, g->logits, sizeof(float) * rows * n_vocab,
+                           gpuMemcpyDeviceToHost, g->stream);
     const gpuError_t e_sync = gpuStreamSynchronize(g->stream);
     if (e == gpuSuccess)
         e = e_sync;
     if (e != gpuSuccess)
         return gpu_fail(e, "running a step");
-    if (!all_rows)
+    if (head && !all_rows)
         memcpy(logits, g->h_logits, sizeof(float) * n_vocab);
     if (g->o.profile)
         profile_collect(g);
@@ -297,8 +316,23 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
     return g->hy != NULL ? gpu_hybrid_end_step(g) : HYDRA_OK;
 }
 
+hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows, float *logits)
+{
+    if (g->multi != NULL)
+        return gpu_multi_forward(g, pos0, tokens, n, all_rows, logits);
+    const gpuError_t e = gpuSetDevice(g->o.device);
+    if (e != gpuSuccess)
+        return gpu_fail(e, "selecting the session's device");
+    const hydra_status st = gpu_step_launch(g, pos0, tokens, n, all_rows, 0);
+    return st == HYDRA_OK ? gpu_step_finish(g, n, all_rows, logits) : st;
+}
+
 void gpu_session_stats(const gpu_session *g, gpu_stats *out)
 {
+    if (g->multi != NULL) {
+        gpu_multi_stats(g, out);
+        return;
+    }
     *out = g->stats;
     out->graphs_cached = g->n_graphs;
 }

@@ -55,15 +55,26 @@ static gk_mat mat_of(const wtensor *t, const uint8_t *dev)
 /* Visits every bound tensor: global roles as layer -1. */
 typedef hydra_status (*visit_fn)(void *ctx, const wtensor *t, arch_role role, int layer, gk_mat *dst);
 
+/* A part of a layer split (gpu_multi.c) holds its layers, the embedding
+ * only when it runs the first layer, the output head only with the last. */
+static bool in_part(const model_weights *w, const gpu_weights *gw, int r)
+{
+    if (r == W_TOKEN_EMBD)
+        return gw->layer0 == 0;
+    if (r == W_OUTPUT || r == W_OUTPUT_NORM)
+        return gw->layer1 == (int)w->hp.n_layer;
+    return true;
+}
+
 static hydra_status visit_all(const model_weights *w, gpu_weights *gw, visit_fn fn, void *ctx)
 {
     for (int r = 0; r < W_COUNT; r++)
-        if (w->global[r].data != NULL) {
+        if (w->global[r].data != NULL && in_part(w, gw, r)) {
             hydra_status st = fn(ctx, &w->global[r], (arch_role)r, -1, &gw->global[r]);
             if (st != HYDRA_OK)
                 return st;
         }
-    for (uint32_t l = 0; l < w->hp.n_layer; l++)
+    for (uint32_t l = (uint32_t)gw->layer0; l < (uint32_t)gw->layer1; l++)
         for (int r = 0; r < W_COUNT; r++)
             if (w->layer[l].w[r].data != NULL) {
                 hydra_status st = fn(ctx, &w->layer[l].w[r], (arch_role)r, (int)l, &gw->layer[l * W_COUNT + r]);
@@ -129,9 +140,11 @@ static hydra_status copy_one(void *ctx, const wtensor *t, arch_role role, int la
     return HYDRA_OK;
 }
 
-hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts)
+hydra_status gpu_weights_upload(gpu_weights *gw, const model_weights *w, bool skip_experts, int layer0, int layer1)
 {
     memset(gw, 0, sizeof *gw);
+    gw->layer0 = layer0;
+    gw->layer1 = layer1;
     const size_t max_tensors = (size_t)W_COUNT * (w->hp.n_layer + 1);
     gw->n_layer = (int)w->hp.n_layer;
     gw->layer = calloc((size_t)w->hp.n_layer * W_COUNT, sizeof *gw->layer);

@@ -48,6 +48,9 @@ typedef struct run_opts {
     float resident;                /* --resident: share of each MoE layer's experts in the slab */
     float vram_budget_gib;         /* --vram-budget; 0: none */
     const char *pin_file;          /* --pin-file */
+    int split_mode;                /* -sm: a hydra_split_mode (docs/MULTIGPU.md) */
+    float tensor_split[HYDRA_MAX_DEVICES]; /* -ts */
+    int main_gpu;                  /* --main-gpu */
     bool stats;                    /* --stats: the hybrid split's counters after the run */
     bool info, verbose, tokenize, print_ids, verbose_prompt, ignore_eos, special, no_display_prompt, help;
 } run_opts;

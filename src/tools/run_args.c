@@ -5,6 +5,8 @@
  */
 #include "run.h"
 
+#include "split.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -146,6 +148,32 @@ static bool parse_hybrid(const flag *f, const char *name, const char *value, run
     return false;
 }
 
+static bool parse_split(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    static const char *const modes[] = {"none", "layer", "tensor"}; /* hydra_split_mode order */
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, modes[i]) == 0) {
+            o->split_mode = i;
+            return true;
+        }
+    run_error("%s '%s': none, layer or tensor", name, value);
+    return false;
+}
+
+/* "3,1": each device's share. */
+static bool parse_ratios(const flag *f, const char *name, const char *value, run_opts *o)
+{
+    (void)f;
+    float r[HYDRA_MAX_DEVICES] = {0};
+    if (split_parse_ratios(value, r, HYDRA_MAX_DEVICES) < 1) {
+        run_error("%s '%s': up to %d shares >= 0 separated by commas, e.g. 3,1", name, value, HYDRA_MAX_DEVICES);
+        return false;
+    }
+    memcpy(o->tensor_split, r, sizeof r);
+    return true;
+}
+
 /* "1,2,3" (commas and/or spaces) into o->prompt_ids. */
 static bool parse_ids(const flag *f, const char *name, const char *value, run_opts *o)
 {
@@ -253,6 +281,11 @@ static const flag flags[] = {
     {"--vram-budget", "GiB", parse_float, AT(vram_budget_gib), 0, 1 << 20, 0,
      "with --hybrid: plan the slab in this budget; with --info: print the plan"},
     {"--stats", NULL, parse_switch, AT(stats), 0, 0, 0, "print the hybrid split's counters after the run"},
+    {"-sm --split-mode", "MODE", parse_split, 0, 0, 0, 0,
+     "several GPUs (CUDA): none (default, one GPU), layer (layer ranges), tensor (docs/MULTIGPU.md)"},
+    {"-ts --tensor-split", "A,B,..", parse_ratios, 0, 0, 0, 0, "each GPU's share of the split (default: free memory)"},
+    {"-mg --main-gpu", "I", parse_int, AT(main_gpu), 0, HYDRA_MAX_DEVICES - 1, 0,
+     "the GPU of -sm none; with a split, the one holding the output head (default 0)"},
     {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
      "print the generated token ids (one line) instead of text; implies --ignore-eos"},
     {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},

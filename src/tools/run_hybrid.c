@@ -15,6 +15,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Kept free on the device besides the plan: the CUDA context, the
  * allocator's rounding, other processes' small allocations. */
@@ -33,6 +34,12 @@ void run_hybrid_params(const run_opts *o, hydra_session_params *sp)
     sp->resident_fraction = o->resident;
     sp->pin_file = o->pin_file;
     sp->vram_budget = gib_to_bytes(o->vram_budget_gib);
+    /* -sm / -ts / --main-gpu (docs/MULTIGPU.md) run on CUDA */
+    sp->split_mode = (hydra_split_mode)o->split_mode;
+    memcpy(sp->tensor_split, o->tensor_split, sizeof sp->tensor_split);
+    sp->main_gpu = o->main_gpu;
+    if (o->split_mode != HYDRA_SPLIT_NONE || o->main_gpu != 0)
+        sp->backend = HYDRA_BACKEND_CUDA;
 }
 
 /* The budget to plan: --vram-budget, else on a CUDA device its free memory

@@ -1,0 +1,232 @@
+/*
+ * test_cuda_multi.c — a session split over two GPUs (docs/MULTIGPU.md)
+ * against llama.cpp's logits (../shared/ref) and against the same model on
+ * one GPU: the 200-token prompt in one batch and token by token reach the
+ * reference's KL and top-1 bars, and the greedy continuation equals the
+ * one-GPU session's token for token (hybrid: the KL bars only, its misses
+ * computed on the CPU and its slab admissions per device).  Also: -ts shares and --main-gpu, the
+ * hybrid slab spread over both devices, a split that cannot fit, and
+ * closing gives both devices' memory back.
+ * Skips with fewer than two CUDA devices.
+ */
+#include "gpu/gpu.h"
+#include "hydra.h"
+#include "refcheck.h"
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQUIRE_TWO_GPUS()                                                                                     \
+    do {                                                                                                       \
+        const char *why_;                                                                                      \
+        if (!gpu_available(&why_))                                                                             \
+            SKIP("%s", why_);                                                                                  \
+        if (gpu_device_count() < 2)                                                                            \
+            SKIP("%d CUDA device present, the split needs 2", gpu_device_count());                            \
+        REQUIRE_SHARED();                                                                                      \
+    } while (0)
+
+typedef struct split_cfg {
+    hydra_split_mode mode;
+    float ts[2];
+    int main_gpu;
+    bool hybrid;
+    const char *desc;
+} split_cfg;
+
+static hydra_status open_model(const char *name, hydra_model **m)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    return hydra_model_open(m, &mp);
+}
+
+static hydra_status open_session(hydra_model *m, const split_cfg *c, hydra_session **s)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 512;
+    p.backend = HYDRA_BACKEND_CUDA;
+    if (c != NULL) {
+        p.split_mode = c->mode;
+        p.tensor_split[0] = c->ts[0];
+        p.tensor_split[1] = c->ts[1];
+        p.main_gpu = c->main_gpu;
+        if (c->hybrid) {
+            p.hybrid = HYDRA_HYBRID_CUDA;
+            p.resident_fraction = 0.5;
+        }
+    }
+    return hydra_session_create(s, m, &p);
+}
+
+/* The prompt's rows (one batch, then token by token) and the greedy ids. */
+typedef struct run_out {
+    float *batch, *tbt;
+    int32_t greedy[REF_GREEDY];
+} run_out;
+
+static hydra_status run(hydra_model *m, const split_cfg *c, const ref_case *r, run_out *o)
+{
+    hydra_session *s = NULL;
+    hydra_status st = open_session(m, c, &s);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, r->prompt, REF_PROMPT, o->batch);
+    hydra_session_clear(s);
+    for (int i = 0; i < REF_PROMPT && st == HYDRA_OK; i++)
+        st = hydra_session_eval(s, r->prompt + i, 1, o->tbt + (size_t)i * r->n_vocab);
+    for (int i = 0; i < REF_GREEDY && st == HYDRA_OK; i++) {
+        o->greedy[i] = ref_argmax(hydra_session_logits(s), r->n_vocab);
+        st = hydra_session_decode(s, o->greedy[i]);
+    }
+    hydra_session_free(s);
+    return st;
+}
+
+static void run_model(test_ctx *t_, const char *name, const split_cfg *cfgs, int n_cfg)
+{
+    REQUIRE_TWO_GPUS();
+    ref_case r;
+    char path[512];
+    if (!ref_load(name, &r))
+        FAIL("cannot read the reference of %s", name);
+    float *ref = ref_read_logits(ref_logits_path(name, path, sizeof path), r.n_vocab, NULL);
+    const size_t rows = (size_t)REF_PROMPT * (size_t)r.n_vocab;
+    run_out one = {malloc(sizeof(float) * rows), malloc(sizeof(float) * rows), {0}};
+    run_out two = {malloc(sizeof(float) * rows), malloc(sizeof(float) * rows), {0}};
+    hydra_model *m = NULL;
+    hydra_status st = ref && one.batch && one.tbt && two.batch && two.tbt ? open_model(name, &m) : HYDRA_ERR_NOMEM;
+    if (st == HYDRA_OK)
+        st = run(m, NULL, &r, &one);
+    char why[700] = "";
+    for (int i = 0; i < n_cfg && st == HYDRA_OK && why[0] == '\0'; i++) {
+        st = run(m, &cfgs[i], &r, &two);
+        if (st != HYDRA_OK)
+            break;
+        const ref_score b = ref_score_rows(ref, two.batch, REF_PROMPT, r.n_vocab);
+        const ref_score tb = ref_score_rows(ref, two.tbt, REF_PROMPT, r.n_vocab);
+        const ref_score vs1 = ref_score_rows(one.tbt, two.tbt, REF_PROMPT, r.n_vocab);
+        int same = 0;
+        while (same < REF_GREEDY && one.greedy[same] == two.greedy[same])
+            same++;
+        printf("  %-20s %-26s batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | vs 1 GPU KL %.2e | greedy "
+               "same as 1 GPU %d/%d\n", name, cfgs[i].desc, b.kl, b.top1, tb.kl, tb.top1, vs1.kl, same, REF_GREEDY);
+        if (!ref_passes(&r, b) || !ref_passes(&r, tb) || !ref_passes(&r, vs1))
+            snprintf(why, sizeof why, "%s %s: KL %.3g / %.3g / vs one GPU %.3g (max %.3g)", name, cfgs[i].desc, b.kl,
+                     tb.kl, vs1.kl, r.max_kl_mean);
+        else if (same < REF_GREEDY && !cfgs[i].hybrid) /* hybrid: misses on the CPU, slabs per device */
+            snprintf(why, sizeof why, "%s %s: greedy differs from one GPU at token %d", name, cfgs[i].desc, same);
+    }
+    if (st != HYDRA_OK)
+        snprintf(why, sizeof why, "%s: %s: %s", name, hydra_strerror(st), hydra_last_error());
+    hydra_model_close(m);
+    free(ref);
+    free(one.batch);
+    free(one.tbt);
+    free(two.batch);
+    free(two.tbt);
+    if (st == HYDRA_ERR_UNSUPPORTED)
+        SKIP("%s", why);
+    if (why[0] != '\0')
+        FAIL("%s", why);
+}
+
+static const split_cfg layer_cfgs[] = {
+    {HYDRA_SPLIT_LAYER, {0, 0}, 0, false, "-sm layer"},
+    {HYDRA_SPLIT_LAYER, {3, 1}, 1, false, "-sm layer -ts 3,1 -mg 1"},
+};
+
+#define MULTI_LAYER_TEST(id, file)                                                                             \
+    TEST(cuda_multi_layer_##id)                                                                                \
+    {                                                                                                          \
+        run_model(TEST_CTX, file, layer_cfgs, 2);                                                              \
+    }
+
+MULTI_LAYER_TEST(qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
+MULTI_LAYER_TEST(qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
+MULTI_LAYER_TEST(mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
+MULTI_LAYER_TEST(qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+MULTI_LAYER_TEST(deepseek2_tiny_q8_0, "deepseek2-tiny-q8_0")
+MULTI_LAYER_TEST(gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
+
+TEST(cuda_multi_layer_hybrid_slab)
+{
+    static const split_cfg c[] = {{HYDRA_SPLIT_LAYER, {0, 0}, 0, true, "-sm layer, hybrid 50%"}};
+    run_model(TEST_CTX, "qwen3moe-kq-q4_k_m", c, 1);
+}
+
+TEST(cuda_multi_tensor)
+{
+    static const split_cfg c[] = {{HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor"}};
+    run_model(TEST_CTX, "qwen3moe-kq-q4_k_m", c, 1);
+}
+
+/* NCCL (loaded at run time) sums across both devices, eagerly and from
+ * captured graphs. */
+TEST(cuda_multi_nccl_allreduce)
+{
+    REQUIRE_TWO_GPUS();
+    double err = -1;
+    const hydra_status st = gpu_multi_allreduce_check(2, 1 << 20, &err);
+    if (st == HYDRA_ERR_UNSUPPORTED)
+        SKIP("%s", hydra_last_error());
+    CHECK_OK(st);
+    CHECK(err == 0.0);
+}
+
+TEST(cuda_multi_cannot_fit_says_the_numbers)
+{
+    REQUIRE_TWO_GPUS();
+    hydra_model *m = NULL;
+    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 512;
+    p.backend = HYDRA_BACKEND_CUDA;
+    p.split_mode = HYDRA_SPLIT_LAYER;
+    p.vram_budget = 1 << 20; /* 1 MiB per device */
+    hydra_session *s = NULL;
+    const hydra_status st = hydra_session_create(&s, m, &p);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", hydra_last_error());
+    hydra_session_free(s);
+    hydra_model_close(m);
+    CHECK_EQ_INT(st, HYDRA_ERR_RANGE);
+    CHECK(strstr(msg, "needs") != NULL && strstr(msg, "GiB") != NULL);
+}
+
+/* Closing a split session gives back everything it took on both devices. */
+TEST(cuda_multi_close_returns_memory)
+{
+    REQUIRE_TWO_GPUS();
+    uint64_t start[2] = {0}, total = 0;
+    for (int cycle = 0; cycle <= 5; cycle++) {
+        hydra_model *m = NULL;
+        hydra_session *s = NULL;
+        CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+        const split_cfg c = {HYDRA_SPLIT_LAYER, {0, 0}, 0, cycle % 2 == 1, "layer"};
+        CHECK_OK(open_session(m, &c, &s));
+        const int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+        CHECK_OK(hydra_session_eval(s, prompt, 12, NULL));
+        CHECK_OK(hydra_session_decode(s, 5));
+        hydra_session_free(s);
+        hydra_model_close(m);
+        uint64_t held[GPU_MEM_COUNT];
+        gpu_mem_usage(held);
+        for (int p = 0; p < GPU_MEM_COUNT; p++)
+            if (held[p] != 0)
+                FAIL("cycle %d: %llu bytes of %s still held", cycle, (unsigned long long)held[p],
+                     gpu_purpose_name((gpu_purpose)p));
+        for (int d = 0; d < 2; d++) {
+            uint64_t free_now = 0;
+            CHECK_OK(gpu_mem_device_of(d, &free_now, &total));
+            if (cycle <= 1) /* after a cycle of each kind: the kernels' modules are loaded */
+                start[d] = free_now;
+            else if (free_now < start[d])
+                FAIL("cycle %d: device %d free memory %llu, after the first cycle %llu", cycle, d,
+                     (unsigned long long)free_now, (unsigned long long)start[d]);
+        }
+    }
+}
