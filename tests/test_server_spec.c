@@ -177,6 +177,7 @@ typedef struct reply {
     char finish[16];
     int completion_tokens;
     int draft_n, draft_n_accepted; /* -1: absent from timings */
+    char logprobs[8192];           /* choices[0].logprobs as JSON */
 } reply;
 
 static int number_in(const cJSON *obj, const char *name)
@@ -202,6 +203,9 @@ static bool post(reply *r)
     r->completion_tokens = number_in(cJSON_GetObjectItemCaseSensitive(j, "usage"), "completion_tokens");
     r->draft_n = number_in(timings, "draft_n");
     r->draft_n_accepted = number_in(timings, "draft_n_accepted");
+    char *lp = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(choice, "logprobs"));
+    snprintf(r->logprobs, sizeof r->logprobs, "%s", lp ? lp : "");
+    free(lp);
     cJSON_Delete(j);
     return true;
 }
@@ -376,8 +380,9 @@ TEST(server_spec_stream_max_tokens_and_stop_cut_exactly)
     snprintf(stop_body, sizeof stop_body,
              "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stop\":[\"%s\"]}",
              PROMPTS[0], MAX_TOKENS, stop);
-    snprintf(short_body, sizeof short_body, "{\"prompt\":\"%s\",\"max_tokens\":7,\"temperature\":0,\"ignore_eos\":true}",
-             PROMPTS[0]);
+    /* logprobs: each accepted token's from its own verify row */
+    snprintf(short_body, sizeof short_body,
+             "{\"prompt\":\"%s\",\"max_tokens\":7,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":2}", PROMPTS[0]);
     const bool quotable = strchr(stop, '"') == NULL && strchr(stop, '\\') == NULL;
     reply plain_stop = {.port = plain.port}, plain_short = {.port = plain.port};
     snprintf(plain_stop.body, sizeof plain_stop.body, "%s", stop_body);
@@ -399,6 +404,7 @@ TEST(server_spec_stream_max_tokens_and_stop_cut_exactly)
     snprintf(got.body, sizeof got.body, "%s", short_body);
     SCHECK(spec, post(&got) && strcmp(got.text, plain_short.text) == 0 && got.completion_tokens == 7 &&
                      strcmp(got.finish, "length") == 0);
+    SCHECK(spec, strlen(plain_short.logprobs) > 20 && strcmp(got.logprobs, plain_short.logprobs) == 0);
     if (quotable) {
         snprintf(got.body, sizeof got.body, "%s", stop_body);
         SCHECK(spec, post(&got) && strcmp(got.text, plain_stop.text) == 0 && strcmp(got.finish, "stop") == 0);
