@@ -278,8 +278,11 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
             break;
         }
         fprintf(stderr, "hybrid %.2f: session created in %.1f s\n", o->fraction[i], now_s() - t0);
-        if ((o->prompt > 0 && !gpu_timed(g, tokens, o->prompt, false, o, logits, &pp, &pp_sd)) ||
-            (o->gen > 0 && !gpu_timed(g, tokens, o->gen, true, o, logits, &tg, &tg_sd)))
+        gpu_hybrid_counters pc; /* prefill's staging, before the tg runs reset the counters */
+        if (o->prompt > 0 && !gpu_timed(g, tokens, o->prompt, false, o, logits, &pp, &pp_sd))
+            rc = 1;
+        gpu_hybrid_counters_get(g, &pc);
+        if (rc == 0 && o->gen > 0 && !gpu_timed(g, tokens, o->gen, true, o, logits, &tg, &tg_sd))
             rc = 1;
         gpu_hybrid_counters c;
         gpu_hybrid_counters_get(g, &c);
@@ -298,7 +301,7 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
         if (rc == 0)
             fprintf(stderr, "hybrid %.2f: prefill: %llu staged steps, %.2f GB staged per step, crossover %d tokens "
                     "(staging %.1f GB/s, CPU %.1f us per expert + %.2f us per route)\n", o->fraction[i],
-                    (unsigned long long)c.staged_steps, c.staged_steps ? c.stage_bytes / 1e9 / c.staged_steps : 0.0,
+                    (unsigned long long)pc.staged_steps, pc.staged_steps ? pc.stage_bytes / 1e9 / pc.staged_steps : 0.0,
                     c.stream_min_tokens, c.stage_gbps, c.cpu_expert_us, c.cpu_route_us);
         fflush(stdout);
         gpu_session_free(g);
