@@ -15,7 +15,8 @@
 /* gk_router_topk: logits (n_tok rows of n_expert) of the float router w
  * (n_expert rows of n_cols, type F32/F16/BF16) over x, then each token's
  * n_used experts and weights (token-major, rank order) from the launch's
- * top-k tail. */
+ * top-k tail.  With norm_gain (one token): over the RMSNorm of x (gain
+ * norm_gain, eps), which the launch computes itself. */
 typedef struct gpu_router_check {
     uint32_t type;
     int n_expert, n_used;
@@ -23,8 +24,34 @@ typedef struct gpu_router_check {
     int n_tok;
     bool sigmoid, renorm;
     float scale;
+    const float *norm_gain;
+    float eps;
 } gpu_router_check;
 hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, const float *x, float *logits,
                                    int32_t *experts, float *weights);
+
+/* gk_matvec_staged of one activation row x (n_cols) through the quantised
+ * matrix w (n_rows rows of type): y (n_rows), which should equal, bit for
+ * bit, gk_quantize_rows then gk_matvec (gpu_check_linear). */
+hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                     float *y);
+
+/* One decode token's QK-norm, RoPE, cache store and attention both ways:
+ * gk_rope_store then gk_attention (ref), and gk_attention_rope writing
+ * the output's 8-bit form too (fused).  q: n_head heads, k: n_head_kv
+ * heads, v: n_head_kv heads (head_dim each); the cache (F32 rows before
+ * pos0 from cache_init: n_ctx rows of K then n_ctx rows of V, or zeros;
+ * F16: zeros) gets the token's rows at pos0.  *same_cache: whether the two
+ * ways left the same cache bits. */
+typedef struct gpu_rope_attn_check {
+    int n_head, n_head_kv, head_dim, n_rot, pos0, n_ctx;
+    bool neox, kv_f16;
+    float eps, theta_base;
+    const float *q_norm, *k_norm; /* head_dim gains, NULL: none */
+    const float *cache_init;      /* F32 only, may be NULL */
+} gpu_rope_attn_check;
+hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float *q, const float *k, const float *v,
+                                      float *out_ref, float *out_fused, int8_t *out_q, float *out_d,
+                                      bool *same_cache);
 
 #endif
