@@ -255,16 +255,24 @@ size_t fwd_attend_scratch(const fwd_attn_geom *g, int64_t n_ctx)
     return op_attention_scratch(per_item, n_ctx, g->head_dim_k, g->head_dim_v);
 }
 
-typedef struct attn_job {
-    const fwd_attn_geom *g;
+/* One sequence's rows of an attention region: rows row0 .. row0 + n - 1
+ * of the step's q and out, at positions pos0 .. in kv's layer. */
+typedef struct attn_seq {
+    fwd_attn_geom g; /* the cache's element size is the sequence's own */
     const kv_cache *kv;
     const kv_layer *layer;
+    int64_t pos0, row0, n;
+} attn_seq;
+
+typedef struct attn_job {
+    const attn_seq *seqs;
+    int n_seqs;
     const op_kernels *kern;
     const float *q;
     float *out;
     float *scratch;
     size_t scratch_per_thread;
-    int64_t pos0, n;
+    int64_t n_rows;
     int per_item, n_chunks; /* query heads of a KV head split into n_chunks items of up to per_item */
     _Atomic int64_t next;
 } attn_job;
@@ -281,22 +289,27 @@ static int64_t visible(const kv_layer *layer, int64_t pos, int64_t *first_slot)
     return n_kv;
 }
 
-/* Work items are (row, KV head, chunk of its query heads), claimed one at a
- * time: later rows see more positions, so a static split would leave
- * threads idle.  Each item serves its query heads together, so a cache row
- * is read once for all of them. */
+/* Work items are (row, KV head, chunk of its query heads) over the rows of
+ * every sequence, claimed one at a time: later rows see more positions, so
+ * a static split would leave threads idle, and one region serves all the
+ * sequences of a step.  Each item serves its query heads together, so a
+ * cache row is read once for all of them. */
 static void attn_task(void *ctx, int thread_idx, int n_threads)
 {
     (void)n_threads;
     attn_job *job = ctx;
-    const fwd_attn_geom *g = job->g;
-    const kv_cache *kv = job->kv;
-    const kv_layer *layer = job->layer;
-    const int group = g->n_head / g->n_head_kv;
-    const int64_t per_row = (int64_t)g->n_head_kv * job->n_chunks;
+    const int64_t per_row = (int64_t)job->seqs[0].g.n_head_kv * job->n_chunks;
     float *scratch = job->scratch + (size_t)thread_idx * job->scratch_per_thread;
-    for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->n * per_row;) {
+    int s = 0; /* claims only increase, so the sequence only moves on */
+    for (int64_t i; (i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->n_rows * per_row;) {
         const int64_t t = i / per_row;
+        while (t >= job->seqs[s].row0 + job->seqs[s].n)
+            s++;
+        const attn_seq *sq = &job->seqs[s];
+        const fwd_attn_geom *g = &sq->g;
+        const kv_cache *kv = sq->kv;
+        const kv_layer *layer = sq->layer;
+        const int group = g->n_head / g->n_head_kv;
         const int kvh = (int)(i % per_row) / job->n_chunks, chunk = (int)(i % per_row) % job->n_chunks;
         const int h0 = kvh * group + chunk * job->per_item;
         const int n_q = min_int(job->per_item, group - chunk * job->per_item);
@@ -313,23 +326,32 @@ static void attn_task(void *ctx, int thread_idx, int n_threads)
             .n_slots = layer->n_slots,
             .sinks = g->sinks ? g->sinks + h0 : NULL,
         };
-        a.n_kv = visible(layer, job->pos0 + t, &a.first);
+        a.n_kv = visible(layer, sq->pos0 + (t - sq->row0), &a.first);
         const size_t head0 = (size_t)t * g->n_head + (size_t)h0;
         op_attention_group(job->kern, job->q + head0 * g->head_dim_k, n_q, &a, scratch,
                            job->out + head0 * g->head_dim_v);
     }
 }
 
+/* Attention of the sequences' rows (every sequence of one head layout) in
+ * one parallel region. */
+static void attend_seqs(thread_pool *pool, const op_kernels *kern, const attn_seq *seqs, int n_seqs, const float *q,
+                        float *out, float *scratch, size_t scratch_per_thread)
+{
+    const int group = seqs[0].g.n_head / seqs[0].g.n_head_kv;
+    const int per_item = min_int(group, FWD_ATTN_HEADS_PER_ITEM);
+    attn_job job = {.seqs = seqs, .n_seqs = n_seqs, .kern = kern, .q = q, .out = out, .scratch = scratch,
+                    .scratch_per_thread = scratch_per_thread, .n_rows = seqs[n_seqs - 1].row0 + seqs[n_seqs - 1].n,
+                    .per_item = per_item, .n_chunks = (group + per_item - 1) / per_item};
+    atomic_init(&job.next, 0);
+    pool_run(pool, attn_task, &job);
+}
+
 void fwd_attend(const fwd_layer *c, const fwd_attn_geom *g, const float *q, float *out, float *scratch,
                 size_t scratch_per_thread)
 {
-    const int group = g->n_head / g->n_head_kv;
-    const int per_item = min_int(group, FWD_ATTN_HEADS_PER_ITEM);
-    attn_job job = {.g = g, .kv = c->kv, .layer = &c->kv->layer[c->layer], .kern = c->f->kern, .q = q, .out = out,
-                    .scratch = scratch, .scratch_per_thread = scratch_per_thread, .pos0 = c->pos0, .n = c->n,
-                    .per_item = per_item, .n_chunks = (group + per_item - 1) / per_item};
-    atomic_init(&job.next, 0);
-    pool_run(c->pool, attn_task, &job);
+    const attn_seq one = {.g = *g, .kv = c->kv, .layer = &c->kv->layer[c->layer], .pos0 = c->pos0, .n = c->n};
+    attend_seqs(c->pool, c->f->kern, &one, 1, q, out, scratch, scratch_per_thread);
 }
 
 /* --- the generic attention */
@@ -372,13 +394,14 @@ static void attention_gqa(const model_weights *w, int l, thread_pool *pool, fwd_
 {
     const arch_hparams *hp = &w->hp;
     const layer_weights *lw = &w->layer[l];
-    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k, dout = (int64_t)hp->n_head * hp->head_dim_v;
+    const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k;
     const int64_t dk = (int64_t)hp->n_head_kv * hp->head_dim_k, dv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     act_bind(&f->xn_act, f->xn, n_rows);
     fwd_project(pool, &lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], &f->xn_act, f->q);
     fwd_project(pool, &lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], &f->xn_act, f->k);
     fwd_project(pool, &lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], &f->xn_act, f->v);
 
+    attn_seq att[n_seqs];
     int64_t row0 = 0;
     for (int i = 0; i < n_seqs; row0 += seqs[i].n, i++) {
         const fwd_seq *sq = &seqs[i];
@@ -394,10 +417,11 @@ static void attention_gqa(const model_weights *w, int l, thread_pool *pool, fwd_
             op_kv_store(f->kern, kv_k_row(kv, layer, pos), kv->type, f->k + r * dk, (int)dk);
             op_kv_store(f->kern, kv_v_row(kv, layer, pos), kv->type, f->v + r * dv, (int)dv);
         }
-        const fwd_layer c = {.w = w, .layer = l, .pool = pool, .kv = kv, .f = f, .pos0 = sq->pos0, .n = sq->n};
-        const fwd_attn_geom g = gqa_geom(hp, lw, kv->type);
-        fwd_attend(&c, &g, f->q + row0 * dq, f->att + row0 * dout, f->scores, f->scores_per_thread);
+        att[i] = (attn_seq){.g = gqa_geom(hp, lw, kv->type), .kv = kv, .layer = layer, .pos0 = sq->pos0,
+                            .row0 = row0, .n = sq->n};
     }
+    /* every sequence's K/V rows are in its cache: one region attends them all */
+    attend_seqs(pool, f->kern, att, n_seqs, f->q, f->att, f->scores, f->scores_per_thread);
 
     act_bind(&f->att_act, f->att, n_rows);
     fwd_project(pool, &lw->w[W_ATTN_OUT], &lw->w[W_ATTN_OUT_BIAS], &f->att_act, f->sub);
