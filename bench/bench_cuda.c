@@ -13,7 +13,7 @@
  *
  *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
  *               [--hybrid F1,F2,.. [--cpu-threads N] [--cpu-pin] [--admit MIB] [--no-stream-prefill]
- *                [--handoff-flags] [--hybrid-only]]
+ *                [--handoff-flags] [--hybrid-only]] [-sm none|layer|tensor] [-ts A,B,..] [--main-gpu I]
  *
  * --hybrid: hybrid decode (issue 10) instead, one session per fraction of
  * each MoE layer's experts resident in the VRAM slab: pp and tg as above
@@ -31,6 +31,7 @@
 #include "gpu/gpu.h"
 #include "hydra.h"
 #include "quant.h"
+#include "split.h"
 #include "weights.h"
 
 #include <math.h>
@@ -51,6 +52,7 @@ typedef struct cuda_opts {
     int n_fractions, cpu_threads;
     double fraction[MAX_FRACTIONS], admit_mib;
     bool stream_prefill, handoff_flags, hybrid_only, cpu_pin;
+    gpu_split gpus; /* -sm, -ts, --main-gpu (docs/MULTIGPU.md) */
 } cuda_opts;
 
 static double now_s(void)
@@ -137,8 +139,9 @@ static bool run_test(hydra_session *s, const int32_t *tokens, int n, bool gen, c
     char extra[96] = "| - | - |";
     if (gen)
         snprintf(extra, sizeof extra, "| %.0f | %.1f%% |", tok_bytes * mean / 1e9, 100.0 * tok_bytes * mean / 1e9 / probe);
-    printf("| %s | %.2f GiB | %.2f B | CUDA%s | 99 | %s%d | %.2f ± %.2f %s\n", desc, gib, params_b,
-           o->graphs ? "" : " (no graphs)", gen ? "tg" : "pp", n, mean, sd, extra);
+    static const char *const sm[] = {"", " -sm layer", " -sm tensor"};
+    printf("| %s | %.2f GiB | %.2f B | CUDA%s%s | 99 | %s%d | %.2f ± %.2f %s\n", desc, gib, params_b,
+           o->graphs ? "" : " (no graphs)", sm[o->gpus.mode], gen ? "tg" : "pp", n, mean, sd, extra);
     fflush(stdout);
     return true;
 }
@@ -268,7 +271,7 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
                                 .slab_fraction = o->fraction[i], .cpu_threads = threads, .cpu_pin = o->cpu_pin,
                                 .admit_bytes_per_token = (uint64_t)(o->admit_mib * 1048576.0),
                                 .stream_prefill = o->stream_prefill, .handoff_flags = o->handoff_flags,
-                                .verbose = true};
+                                .verbose = true, .device = o->gpus.main_gpu, .split = o->gpus};
         gpu_session *g = NULL;
         double pp = 0, pp_sd = 0, tg = 0, tg_sd = 0;
         const double t0 = now_s();
@@ -345,12 +348,19 @@ static int parse(int argc, char **argv, cuda_opts *o)
             o->cpu_threads = atoi(v);
         else if (strcmp(a, "--admit") == 0)
             o->admit_mib = atof(v);
+        else if (strcmp(a, "-sm") == 0)
+            o->gpus.mode = strcmp(v, "layer") == 0 ? 1 : strcmp(v, "tensor") == 0 ? 2 : strcmp(v, "none") == 0 ? 0 : -1;
+        else if (strcmp(a, "-ts") == 0)
+            o->gpus.n_ratio = split_parse_ratios(v, o->gpus.ratio, 16);
+        else if (strcmp(a, "--main-gpu") == 0 || strcmp(a, "-mg") == 0)
+            o->gpus.main_gpu = atoi(v);
         else
             return 2;
         i++;
     }
     if (o->model == NULL || o->prompt < 0 || o->gen < 0 || o->reps < 1 || o->reps > MAX_REPS || o->split < 0 ||
-        o->prompt + o->gen == 0 || o->n_fractions < 0 || o->cpu_threads < 0 || o->admit_mib < 0)
+        o->prompt + o->gen == 0 || o->n_fractions < 0 || o->cpu_threads < 0 || o->admit_mib < 0 ||
+        o->gpus.mode < 0 || o->gpus.n_ratio < 0 || o->gpus.main_gpu < 0 || o->gpus.main_gpu >= 16)
         return 2;
     return 0;
 }
@@ -361,7 +371,7 @@ int bench_cuda(int argc, char **argv)
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: hydra-bench --cuda -m FILE [-p N] [-n N] [-r REPS] [--no-graphs] [--split N]\n"
                         "       [--hybrid F1,F2,.. [--cpu-threads N] [--cpu-pin] [--admit MIB] [--no-stream-prefill] "
-                        "[--handoff-flags] [--hybrid-only]]\n");
+                        "[--handoff-flags] [--hybrid-only]] [-sm none|layer|tensor] [-ts A,B,..] [--main-gpu I]\n");
         return 2;
     }
     double probe = 0;
@@ -378,6 +388,9 @@ int bench_cuda(int argc, char **argv)
     sp.n_batch = o.prompt > 0 ? (uint32_t)o.prompt : 1;
     sp.backend = HYDRA_BACKEND_CUDA;
     sp.cuda_graphs = o.graphs;
+    sp.split_mode = (hydra_split_mode)o.gpus.mode;
+    memcpy(sp.tensor_split, o.gpus.ratio, sizeof sp.tensor_split);
+    sp.main_gpu = o.gpus.main_gpu;
     const double t_load = now_s();
     if (hydra_model_open(&m, &mp) != HYDRA_OK || hydra_session_create(&s, m, &sp) != HYDRA_OK) {
         fprintf(stderr, "hydra-bench: %s: %s\n", o.model, hydra_last_error());

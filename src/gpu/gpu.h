@@ -45,6 +45,25 @@ typedef struct gpu_session gpu_session;
 
 struct hybrid_state;
 
+/* A split over several devices (src/split.h): mode SPLIT_NONE, SPLIT_LAYER
+ * or SPLIT_TENSOR; -ts ratios (n_ratio 0: by free memory); the main GPU;
+ * bytes per device to plan in (0: its free memory less a margin). */
+typedef struct gpu_split {
+    int mode;
+    int n_ratio;
+    float ratio[16];
+    int main_gpu;
+    uint64_t budget;
+} gpu_split;
+
+/* CUDA devices present (0 without a device or a CUDA build); a device's
+ * free and total memory (gpu_multi.c). */
+int gpu_device_count(void);
+hydra_status gpu_mem_device_of(int device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* NCCL's all-reduce over devices 0..n_dev-1 (loaded at run time), eager
+ * and replayed from captured graphs: the largest error of count sums. */
+hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err);
+
 typedef struct gpu_options {
     int64_t n_ctx, n_batch;
     uint32_t kv_type; /* QT_F16 or QT_F32 */
@@ -71,6 +90,14 @@ typedef struct gpu_options {
      * session keeps its own copy of the tables). */
     const struct hybrid_state *slab_init;
     bool verbose;
+    /* Multi-GPU (docs/MULTIGPU.md, gpu_multi.c).  device: the CUDA device
+     * of this session; [layer0, layer1): the layers it runs (layer1 0: to
+     * the last); the embedding runs when layer0 is 0, the output head when
+     * the range ends at the last layer.  split: with a mode other than
+     * SPLIT_NONE, gpu_session_create plans the devices (src/split.h) and
+     * makes one session per part, which gpu_forward drives in turn. */
+    int device, layer0, layer1;
+    gpu_split split;
 } gpu_options;
 
 hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o);

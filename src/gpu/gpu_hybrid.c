@@ -179,9 +179,10 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A MoE layer of this session (a layer split's part holds a range). */
 static bool is_moe(const gpu_hybrid *hy, int l)
 {
-    return hy->w->layer[l].moe;
+    return hy->w->layer[l].moe && l >= hy->o.layer0 && (hy->o.layer1 == 0 || l < hy->o.layer1);
 }
 
 static int32_t *tab_slot_of(uint8_t *tab, const gpu_hybrid *hy, int l)
@@ -1351,6 +1352,8 @@ void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out)
 {
     const gpu_hybrid *hy = g->hy;
     memset(out, 0, sizeof *out);
+    if (g->multi != NULL) /* summed over the devices' parts */
+        gpu_multi_hybrid_counters(g, out, false);
     if (hy == NULL)
         return;
     *out = hy->c;
@@ -1371,6 +1374,8 @@ const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g)
 void gpu_hybrid_counters_reset(gpu_session *g)
 {
     gpu_hybrid *hy = g->hy;
+    if (g->multi != NULL)
+        gpu_multi_hybrid_counters(g, NULL, true);
     if (hy == NULL)
         return;
     hybrid_reset_stats(&hy->st);
