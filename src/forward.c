@@ -226,15 +226,36 @@ static void rmsnorm_rows(const float *x, const wtensor *gain, float eps, int64_t
         op_rmsnorm(y + t * n, x + t * n, wt_f32(gain), n, eps);
 }
 
+/* One projection of several that read the same rows. */
+typedef struct projection {
+    const wtensor *wt, *bias;
+    float *y;
+} projection;
+
+/* y = W . x[t] (+ bias) for every projection and every row of x, all the
+ * products in one parallel region (matmul_batch: no barrier between the
+ * matrices). */
+static void project_all(thread_pool *pool, const projection *p, int n, act_set *x)
+{
+    matmul_item items[n];
+    for (int i = 0; i < n; i++) {
+        const wtensor *wt = p[i].wt;
+        size_t stride;
+        const void *xq = act_for(x, pool, wt->type, &stride);
+        items[i] = (matmul_item){wt->type, wt->data, wt->row_bytes, wt->ne[1], wt->ne[0], xq, stride, x->n_rows,
+                                 p[i].y, (size_t)wt->ne[1]};
+    }
+    matmul_batch(pool, items, n);
+    for (int i = 0; i < n; i++)
+        if (p[i].bias != NULL && p[i].bias->data != NULL)
+            for (int64_t t = 0; t < x->n_rows; t++)
+                op_axpy(p[i].y + t * p[i].wt->ne[1], 1.0f, wt_f32(p[i].bias), p[i].wt->ne[1]);
+}
+
 void fwd_project(thread_pool *pool, const wtensor *wt, const wtensor *bias, act_set *x, float *y)
 {
-    size_t stride;
-    const void *xq = act_for(x, pool, wt->type, &stride);
-    matmul(pool, wt->type, wt->data, wt->row_bytes, wt->ne[1], wt->ne[0], xq, stride, x->n_rows, y,
-           (size_t)wt->ne[1]);
-    if (bias != NULL && bias->data != NULL)
-        for (int64_t t = 0; t < x->n_rows; t++)
-            op_axpy(y + t * wt->ne[1], 1.0f, wt_f32(bias), wt->ne[1]);
+    const projection one = {wt, bias, y};
+    project_all(pool, &one, 1, x);
 }
 
 static void add_rows(float *x, const float *d, int64_t n)
@@ -397,9 +418,10 @@ static void attention_gqa(const model_weights *w, int l, thread_pool *pool, fwd_
     const int64_t dq = (int64_t)hp->n_head * hp->head_dim_k;
     const int64_t dk = (int64_t)hp->n_head_kv * hp->head_dim_k, dv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     act_bind(&f->xn_act, f->xn, n_rows);
-    fwd_project(pool, &lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], &f->xn_act, f->q);
-    fwd_project(pool, &lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], &f->xn_act, f->k);
-    fwd_project(pool, &lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], &f->xn_act, f->v);
+    const projection qkv[] = {{&lw->w[W_ATTN_Q], &lw->w[W_ATTN_Q_BIAS], f->q},
+                              {&lw->w[W_ATTN_K], &lw->w[W_ATTN_K_BIAS], f->k},
+                              {&lw->w[W_ATTN_V], &lw->w[W_ATTN_V_BIAS], f->v}};
+    project_all(pool, qkv, 3, &f->xn_act);
 
     attn_seq att[n_seqs];
     int64_t row0 = 0;
