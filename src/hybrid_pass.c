@@ -26,7 +26,9 @@
 #include "error.h"
 #include "quant.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,4 +190,72 @@ bool hybrid_pass_token(hybrid_pass *p, thread_pool *pool, const layer_weights *l
     for (int k = 0; k < m; k++)
         op_axpy(out, routes[idx[k]].weight, p->y + k * p->embd, p->embd);
     return true;
+}
+
+/* --- pinning */
+
+static int sys_int(int cpu, const char *what)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
+    FILE *f = fopen(path, "r");
+    int v = -1;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static bool listed(const hybrid_cpus *c, int cpu)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->cpu[i] == cpu)
+            return true;
+    return false;
+}
+
+/* Whether a CPU of the same package and core is listed already. */
+static bool core_listed(const hybrid_cpus *c, int cpu)
+{
+    const int pkg = sys_int(cpu, "physical_package_id"), core = sys_int(cpu, "core_id");
+    for (int i = 0; i < c->n; i++)
+        if (sys_int(c->cpu[i], "physical_package_id") == pkg && sys_int(c->cpu[i], "core_id") == core)
+            return true;
+    return false;
+}
+
+void hybrid_cpus_find(hybrid_cpus *c)
+{
+    c->n = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return;
+    for (int round = 0; round < 2; round++)
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &set) && !listed(c, cpu) && (round == 1 || !core_listed(c, cpu)))
+                c->cpu[c->n++] = cpu;
+}
+
+void hybrid_pin_self(const hybrid_cpus *c, int at)
+{
+    if (c->n < 2)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(c->cpu[at % c->n], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void pin_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)n_threads;
+    if (thread_idx > 0)
+        hybrid_pin_self(ctx, thread_idx + 1);
+}
+
+void hybrid_pin_pool(thread_pool *pool, const hybrid_cpus *c)
+{
+    pool_run(pool, pin_task, (void *)c);
 }

@@ -5,7 +5,9 @@
  * one token's experts, random experts, weights and input rows, on 1 and 3
  * threads, on the K-quant, Q4_0, Q8_0 and F32 tiny files; it declines
  * (touching nothing) what it does not cover: several tokens, a repeated
- * expert, expert biases with the clamped SwiGLU (gpt-oss).
+ * expert, expert biases with the clamped SwiGLU (gpt-oss).  The CPU order
+ * for pinning lists every allowed CPU once, and a pinned pool's workers
+ * run where the order says.
  */
 #include "hybrid_pass.h"
 #include "hydra.h"
@@ -15,6 +17,8 @@
 #include "threads.h"
 #include "weights.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,4 +194,57 @@ TEST(hybrid_pass_declines_what_it_does_not_cover)
             CHECK(c.got[i] == 0.0f);
         case_free(&c);
     }
+}
+
+TEST(hybrid_cpus_lists_every_allowed_cpu_once)
+{
+    cpu_set_t set;
+    CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+    hybrid_cpus *c = malloc(sizeof *c);
+    CHECK(c != NULL);
+    hybrid_cpus_find(c);
+    CHECK_EQ_INT(c->n, CPU_COUNT(&set));
+    for (int i = 0; i < c->n; i++) {
+        CHECK(CPU_ISSET(c->cpu[i], &set));
+        for (int j = 0; j < i; j++)
+            CHECK(c->cpu[j] != c->cpu[i]);
+    }
+    free(c);
+}
+
+typedef struct where_job {
+    int cpu[4]; /* the one CPU each thread may run on, or -1 */
+} where_job;
+
+static void where_task(void *ctx, int idx, int n_threads)
+{
+    (void)n_threads;
+    where_job *j = ctx;
+    cpu_set_t set;
+    j->cpu[idx] = -1;
+    if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0 || CPU_COUNT(&set) != 1)
+        return;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            j->cpu[idx] = c;
+}
+
+TEST(hybrid_pin_pool_puts_workers_where_the_order_says)
+{
+    hybrid_cpus *c = malloc(sizeof *c);
+    CHECK(c != NULL);
+    hybrid_cpus_find(c);
+    if (c->n < 2) {
+        free(c);
+        SKIP("one CPU: nothing to pin");
+    }
+    thread_pool *pool = NULL;
+    CHECK_OK(pool_create(&pool, 3));
+    hybrid_pin_pool(pool, c);
+    where_job j;
+    pool_run(pool, where_task, &j);
+    pool_destroy(pool);
+    for (int idx = 1; idx < 3; idx++)
+        CHECK_EQ_INT(j.cpu[idx], c->cpu[(idx + 1) % c->n]);
+    free(c);
 }

@@ -46,7 +46,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,12 +82,6 @@ typedef struct hy_pass {
     gpu_hybrid *hy;
     int layer;
 } hy_pass;
-
-/* The CPUs the pass's threads are pinned to, in order (gpu_options.cpu_pin). */
-typedef struct pin_job {
-    int cpus[CPU_SETSIZE];
-    int n_cpus;
-} pin_job;
 
 typedef struct hy_pending {
     int layer, expert, slot;
@@ -162,7 +155,7 @@ struct gpu_hybrid {
     int n_pending;
     int rr;                  /* layer the next admission round starts at */
 
-    pin_job pin;             /* the CPU order when o.cpu_pin */
+    hybrid_cpus cpus;        /* where o.cpu_pin puts the CPU pass's threads */
     pthread_t spinner;       /* flag hand-off: the CPU side */
     bool spinner_started;
     _Atomic bool stop, active;
@@ -621,79 +614,6 @@ static inline void spin_pause(void)
 #endif
 }
 
-/* --- pinning the CPU pass (gpu_options.cpu_pin) */
-
-static int sys_int(int cpu, const char *what)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
-    FILE *f = fopen(path, "r");
-    int v = -1;
-    if (f != NULL) {
-        if (fscanf(f, "%d", &v) != 1)
-            v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
-/* The CPUs this process may run on, the first of each physical core (by
- * package and core id) before any second hardware thread of a core. */
-static int cpu_order(int *cpus, int cap)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return 0;
-    int n = 0, first = 0;
-    for (int round = 0; round < 2; round++)
-        for (int c = 0; c < CPU_SETSIZE && n < cap; c++) {
-            if (!CPU_ISSET(c, &set))
-                continue;
-            const int pkg = sys_int(c, "physical_package_id"), core = sys_int(c, "core_id");
-            bool sibling = false; /* a CPU of the same core listed before it */
-            for (int i = 0; i < first && round == 0 && !sibling; i++)
-                sibling = sys_int(cpus[i], "physical_package_id") == pkg && sys_int(cpus[i], "core_id") == core;
-            bool listed = false;
-            for (int i = 0; i < n && round == 1 && !listed; i++)
-                listed = cpus[i] == c;
-            if ((round == 0 && !sibling) || (round == 1 && !listed))
-                cpus[n++] = c;
-            first = round == 0 ? n : first;
-        }
-    return n;
-}
-
-/* Thread i of the pool (i >= 1; thread 0 is whoever calls the region)
- * onto CPU i + 1 of the order: CPU 0 of the order stays for the
- * application's thread and the driver, CPU 1 for the flag thread. */
-static void pin_task(void *ctx, int idx, int n_threads)
-{
-    (void)n_threads;
-    const pin_job *j = ctx;
-    if (idx == 0 || j->n_cpus < 2)
-        return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(j->cpus[(idx + 1) % j->n_cpus], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
-static void pin_self(const pin_job *j, int at)
-{
-    if (j->n_cpus < 2)
-        return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(j->cpus[at % j->n_cpus], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
-static void pin_pool(gpu_hybrid *hy)
-{
-    hy->pin.n_cpus = cpu_order(hy->pin.cpus, CPU_SETSIZE);
-    pool_run(hy->pool, pin_task, &hy->pin);
-}
-
 /* The flag hand-off's CPU side: answers each request number the split
  * kernel publishes with the CPU pass of its layer, then the same number as
  * the reply.  Spins while a step runs, polls every 50 us between steps. */
@@ -701,7 +621,7 @@ static void *spinner_main(void *arg)
 {
     gpu_hybrid *hy = arg;
     if (hy->o.cpu_pin)
-        pin_self(&hy->pin, 1);
+        hybrid_pin_self(&hy->cpus, 1);
     uint32_t seen = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
     while (!atomic_load(&hy->stop)) {
         const uint32_t req = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
@@ -947,8 +867,10 @@ hydra_status gpu_hybrid_create(gpu_session *g)
     TRY_ST(alloc_pinned(hy));
     TRY_ST(create_streams(hy));
     TRY_ST(pool_create(&hy->pool, threads));
-    if (g->o.cpu_pin)
-        pin_pool(hy);
+    if (g->o.cpu_pin) {
+        hybrid_cpus_find(&hy->cpus);
+        hybrid_pin_pool(hy->pool, &hy->cpus);
+    }
     TRY_ST(moe_scratch_init(&hy->scratch, w, g->o.n_batch));
     TRY_ST(hybrid_pass_init(&hy->one, w));
     TRY_ST(act_init(&hy->x, w, w->hp.n_embd, g->o.n_batch));
