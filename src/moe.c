@@ -13,6 +13,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,15 +312,49 @@ static void add_bias(float *y, const float *bias, int64_t n, int64_t width)
             op_axpy(y + t * width, 1.0f, bias, width);
 }
 
-/* The activation of n rows of ff values, into h_gate. */
-static void activate(const moe_scratch *s, int64_t n)
+/* The activation of values [v0, v1) of h_gate and h_up, into h_gate. */
+static void activate_range(const moe_scratch *s, int64_t v0, int64_t v1)
 {
     /* gpt-oss's constants (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE) */
     static const float oai_alpha = 1.702f, oai_limit = 7.0f;
     if (s->act == ACT_SWIGLU_OAI)
-        op_swiglu_oai(s->h_gate, s->h_gate, s->h_up, n, oai_alpha, oai_limit);
+        op_swiglu_oai(s->h_gate + v0, s->h_gate + v0, s->h_up + v0, v1 - v0, oai_alpha, oai_limit);
     else
-        op_swiglu(s->h_gate, s->h_gate, s->h_up, n);
+        op_swiglu(s->h_gate + v0, s->h_gate + v0, s->h_up + v0, v1 - v0);
+}
+
+/* Rows of ff values a thread activates per claim. */
+enum { ACTIVATE_ROWS = 4 };
+
+typedef struct activate_job {
+    const moe_scratch *s;
+    int64_t n_rows, ff;
+    _Atomic int64_t next;
+} activate_job;
+
+static void activate_task(void *ctx, int thread_idx, int n_threads)
+{
+    (void)thread_idx;
+    (void)n_threads;
+    activate_job *job = ctx;
+    for (int64_t r; (r = atomic_fetch_add_explicit(&job->next, ACTIVATE_ROWS, memory_order_relaxed)) < job->n_rows;) {
+        const int64_t end = r + ACTIVATE_ROWS < job->n_rows ? r + ACTIVATE_ROWS : job->n_rows;
+        activate_range(job->s, r * job->ff, end * job->ff);
+    }
+}
+
+/* The activation of n rows of ff values, into h_gate, in a parallel
+ * region: a step of several sequences activates tens of rows (one per
+ * route), each an expf per value, which the caller alone would take while
+ * the other threads wait. */
+static void activate(thread_pool *pool, const moe_scratch *s, int64_t n, int64_t ff)
+{
+    activate_job job = {.s = s, .n_rows = n, .ff = ff};
+    atomic_init(&job.next, 0);
+    if (n <= ACTIVATE_ROWS)
+        activate_task(&job, 0, 1);
+    else
+        pool_run(pool, activate_task, &job);
 }
 
 /* y = down . act(h_gate, h_up) (+ bias) for n rows (h_gate, h_up already
@@ -328,7 +363,7 @@ static void ffn_out(thread_pool *pool, moe_scratch *s, const wtensor *down, cons
                     const float *bias, int64_t n, float *y)
 {
     const int64_t ff = down->ne[0];
-    activate(s, n * ff);
+    activate(pool, s, n, ff);
     act_set *h = hidden_for(s, ff);
     act_bind(h, s->h_gate, n);
     size_t stride;
@@ -412,7 +447,7 @@ static void experts_out(thread_pool *pool, moe_scratch *s, const layer_weights *
 {
     const wtensor *down = &lw->w[W_MOE_DOWN];
     const int64_t ff = down->ne[0], embd = down->ne[1];
-    activate(s, n_routes * ff);
+    activate(pool, s, n_routes, ff);
     act_set *h = hidden_for(s, ff);
     act_bind(h, s->h_gate, n_routes);
     size_t stride;
