@@ -218,6 +218,11 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
     st = set_sampling(s, sampling);
     if (st == HYDRA_OK && draft == NULL)
         st = mtp_new(target, &s->mtp);
+    /* the drafter reads the verify rows' hidden states, kept for one step */
+    if (st == HYDRA_OK && s->mtp != NULL && mtp_n_batch(s->mtp) < (int64_t)params->n_draft_max + 1)
+        st = hydra_fail(HYDRA_ERR_INVALID_ARG, "MTP drafting: the target's n_batch %lld must be at least "
+                        "n_draft_max + 1 = %d (a verify pass is one step)", (long long)mtp_n_batch(s->mtp),
+                        (int)params->n_draft_max + 1);
     if (st == HYDRA_OK && !alloc_buffers(s))
         st = hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder: %d drafts over %d tokens", (int)params->n_draft_max,
                         (int)s->n_vocab);

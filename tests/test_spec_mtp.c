@@ -563,3 +563,26 @@ TEST(spec_mtp_needs_an_mtp_block)
     CHECK(strstr(msg, "MTP") != NULL);
     CHECK(spec == NULL);
 }
+
+/* A verify pass longer than n_batch would be two steps, and the drafter
+ * would miss the first one's hidden states: refused up front. */
+TEST(spec_mtp_needs_the_verify_pass_in_one_step)
+{
+    hydra_model *m = NULL;
+    hydra_session *s = NULL;
+    hydra_spec *spec = NULL;
+    CHECK_OK(mtp_model(&m));
+    const hydra_sampler_params sp = greedy_params();
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 8;
+    hydra_status st = make_session(m, 8, &s);
+    if (st == HYDRA_OK)
+        st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", hydra_last_error());
+    hydra_spec_free(spec);
+    hydra_session_free(s);
+    hydra_model_close(m);
+    CHECK_EQ_INT(st, HYDRA_ERR_INVALID_ARG);
+    CHECK(strstr(msg, "n_batch 8") != NULL);
+}
