@@ -87,17 +87,24 @@ static int32_t argmax(const float *x, int64_t n)
 
 /* ------------------------------------------------------------ greedy */
 
+/* Plain greedy decoding with the sampler the decoder uses (ties broken
+ * the same way). */
 static hydra_status plain_greedy(const hydra_model *m, hydra_token *out)
 {
     hydra_session *s = NULL;
+    hydra_sampler *sm = NULL;
+    const hydra_sampler_params sp = greedy_params();
     hydra_status st = make_session(m, 64, &s);
+    if (st == HYDRA_OK)
+        st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
     if (st == HYDRA_OK)
         st = hydra_session_eval(s, prompt, N_PROMPT, NULL);
     for (int i = 0; st == HYDRA_OK && i < N_GEN; i++) {
-        out[i] = argmax(hydra_session_logits(s), hydra_session_n_vocab(s));
-        if (i + 1 < N_GEN)
+        st = hydra_sampler_sample(sm, hydra_session_logits(s), &out[i]);
+        if (st == HYDRA_OK && i + 1 < N_GEN)
             st = hydra_session_decode(s, out[i]);
     }
+    hydra_sampler_free(sm);
     hydra_session_free(s);
     return st;
 }
@@ -585,4 +592,51 @@ TEST(spec_mtp_needs_the_verify_pass_in_one_step)
     hydra_model_close(m);
     CHECK_EQ_INT(st, HYDRA_ERR_INVALID_ARG);
     CHECK(strstr(msg, "n_batch 8") != NULL);
+}
+
+/* output_norm and shared_head_norm zeroed: every logit of the target and of
+ * the drafter is 0, both pick the same token, and every draft is kept, so
+ * the accepted path runs (catch-up of n_draft + 1 rows, the bonus token)
+ * with the MTP block's rows computed as usual underneath. */
+TEST(spec_mtp_keeps_every_draft_when_they_agree)
+{
+    hydra_model *m = NULL;
+    CHECK_OK(mtp_model(&m));
+    const size_t n = hydra_model_tensor_count(m);
+    out_tensor *t = calloc(n, sizeof *t);
+    hydra_status st = t ? HYDRA_OK : HYDRA_ERR_NOMEM;
+    for (size_t i = 0; st == HYDRA_OK && i < n; i++) {
+        hydra_tensor_info ti;
+        st = hydra_model_tensor_at(m, i, &ti);
+        t[i] = tensor_like(&ti, ti.name);
+        if (strcmp(ti.name, "output_norm.weight") == 0 || strcmp(ti.name, "blk.3.nextn.shared_head_norm.weight") == 0)
+            t[i].data = NULL;
+    }
+    const char *path = util_scratch_path("spec-mtp-agree.gguf");
+    if (st == HYDRA_OK)
+        st = write_file(m, path, 0, NULL, t, n);
+    free(t);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    hydra_model *agree = NULL;
+    CHECK_OK(open_path(path, &agree));
+    hydra_token want[N_GEN], got[N_GEN];
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 3;
+    pp.p_min = 0;
+    hydra_spec_stats stats = {0};
+    st = plain_greedy(agree, want);
+    if (st == HYDRA_OK)
+        st = mtp_greedy(agree, 64, pp, got, &stats);
+    hydra_model_close(agree);
+    if (st != HYDRA_OK)
+        FAIL("%s", hydra_last_error());
+    for (int i = 0; i < N_GEN; i++)
+        if (want[i] != got[i])
+            FAIL("token %d is %d, plain greedy gives %d", i, (int)got[i], (int)want[i]);
+    printf("    %llu of %llu drafts kept over %llu steps\n", (unsigned long long)stats.n_accepted,
+           (unsigned long long)stats.n_drafted, (unsigned long long)stats.n_steps);
+    CHECK(stats.n_drafted > 0);
+    CHECK(stats.n_accepted == stats.n_drafted);
+    CHECK(stats.n_steps < N_GEN);
 }
