@@ -257,6 +257,15 @@ static void keep_hidden_rows(hydra_session *s, int64_t n)
     s->hidden_n = n;
 }
 
+/* Forgets the kept hidden rows of positions from pos on: a later step that
+ * does not keep its rows (the batched path, a restored cache) may put
+ * other tokens there. */
+static void drop_hidden_from(hydra_session *s, int64_t pos)
+{
+    if (s->hidden_pos0 + s->hidden_n > pos)
+        s->hidden_n = pos > s->hidden_pos0 ? pos - s->hidden_pos0 : 0;
+}
+
 hydra_status session_keep_hidden(hydra_session *s, session_parts *out)
 {
     if (s->gpu != NULL)
@@ -429,6 +438,7 @@ HYDRA_API void hydra_session_clear(hydra_session *s)
     s->n_past = 0;
     s->kv.n_written = 0;
     s->have_logits = false;
+    drop_hidden_from(s, 0);
 }
 
 HYDRA_API uint64_t hydra_session_state_size(const hydra_session *s)
@@ -552,5 +562,6 @@ HYDRA_API hydra_status hydra_session_truncate(hydra_session *s, uint32_t n_past)
                           n_past, (long long)s->kv.n_written, s->w.hp.n_swa, (long long)s->n_batch);
     s->n_past = n_past;
     s->have_logits = false;
+    drop_hidden_from(s, n_past);
     return HYDRA_OK;
 }
