@@ -11,7 +11,7 @@
 #include "test.h"
 
 #include "../kernels/cpu/fp16.h"
-#include "../kernels/cpu/quant_blocks.h"
+#include "../kernels/cpu/iq_blocks.h"
 #include "../kernels/cpu/simd.h"
 
 #include <math.h>
@@ -45,6 +45,8 @@ static const struct {
     /* the lattice formats lead with d (iq_blocks.h), except IQ1_M (fill_raw) */
     {QT_IQ2_XXS, {0, 0}, 1}, {QT_IQ2_XS, {0, 0}, 1}, {QT_IQ2_S, {0, 0}, 1}, {QT_IQ3_XXS, {0, 0}, 1},
     {QT_IQ3_S, {0, 0}, 1},   {QT_IQ1_S, {0, 0}, 1},
+    /* the ternary formats end with d */
+    {QT_TQ1_0, {offsetof(block_tq1_0, d), 0}, 1}, {QT_TQ2_0, {offsetof(block_tq2_0, d), 0}, 1},
 };
 
 static void fill_raw(uint32_t type, uint8_t *w, int64_t n_blocks, uint64_t *rng)
