@@ -1290,6 +1290,8 @@ void gpu_hybrid_counters_get(const gpu_session *g, gpu_hybrid_counters *out)
 
 const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g)
 {
+    if (g->multi != NULL)
+        return gpu_multi_split_state(g);
     return g->hy != NULL ? &g->hy->st : NULL;
 }
 

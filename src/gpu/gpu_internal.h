@@ -198,6 +198,10 @@ hydra_status gpu_multi_forward(gpu_session *g, int64_t pos0, const int32_t *toke
                                float *logits);
 void gpu_multi_stats(const gpu_session *g, gpu_stats *out);
 void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, bool reset);
+/* The parts' split states as one (layer l from the part that runs it,
+ * the model-wide counters summed), rebuilt at each call; NULL when not
+ * hybrid. */
+const struct hybrid_state *gpu_multi_split_state(const gpu_session *g);
 
 /* NCCL, loaded at run time (gpu_multi_nccl.c): one communicator per device
  * of one process; gpu_nccl_sum all-reduces buf[i] (count floats, in

@@ -35,6 +35,8 @@ typedef struct gpu_multi {
     gpuEvent_t done[SPLIT_MAX_DEV]; /* part i's share of the step enqueued */
     split_cache cache;
     hybrid_state slab;              /* the initial slab by fraction, when the caller gave none */
+    hybrid_state view;              /* gpu_multi_split_state's merged view (borrows the parts' tables) */
+    hybrid_layer *view_layer;       /* its n_layer layers, copied from the parts at each call */
     uint64_t peer_bytes, steps;
 } gpu_multi;
 
@@ -195,6 +197,7 @@ void gpu_multi_free(gpu_session *g)
         gpu_session_free(m->part[i]);
     }
     hybrid_free(&m->slab);
+    free(m->view_layer);
     free(m);
     free(g);
 }
@@ -306,4 +309,29 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
         out->layer_steps += c.layer_steps;
         out->register_ms += c.register_ms;
     }
+}
+
+const struct hybrid_state *gpu_multi_split_state(const gpu_session *g)
+{
+    gpu_multi *m = g->multi;
+    const hybrid_state *first = gpu_hybrid_split_state(m->part[0]);
+    if (first == NULL)
+        return NULL;
+    if (m->view_layer == NULL && (m->view_layer = calloc(first->n_layer, sizeof *m->view_layer)) == NULL)
+        return NULL;
+    m->view = *first;
+    m->view.layer = m->view_layer;
+    m->view.stats = (hybrid_stats){0};
+    m->view.version = 0;
+    for (int i = 0; i < m->plan.n_part; i++) {
+        const hybrid_state *st = gpu_hybrid_split_state(m->part[i]);
+        const split_part *q = &m->plan.part[i];
+        const size_t n = (size_t)(q->layer1 - q->layer0);
+        memcpy(&m->view_layer[q->layer0], &st->layer[q->layer0], sizeof *m->view_layer * n);
+        m->view.stats.decode_tokens = max_u64(m->view.stats.decode_tokens, st->stats.decode_tokens);
+        m->view.stats.h2d_bytes += st->stats.h2d_bytes;
+        m->view.stats.repins += st->stats.repins;
+        m->view.version += st->version;
+    }
+    return &m->view;
 }
