@@ -3,15 +3,19 @@
  * weight type the GPU runs, against references computed here in double
  * from the CPU reference dequantiser.  Skips without a CUDA device.
  *
- *   matvec, 8-bit activations: the kernel's quantised activations must be
- *     exactly the documented rule (d = amax / 127, q = round-half-even(x /
- *     d)), and y must equal sum over blocks d * sum(w_i q_i) to float
- *     rounding: the integer parts are exact, so any decoding slip shows.
+ *   quantised weights, matvec: the quantised activations must be exactly
+ *     the documented rule (d = amax / 127, q = round-half-even(x / d)),
+ *     and y must equal sum over blocks d * sum(w_i q_i) to float rounding:
+ *     the integer parts are exact, so any decoding slip shows.
+ *   quantised weights, matmul (8-bit integer tensor-core products on the
+ *     two-level form, quantize.cu): the same first level, and y within
+ *     float rounding plus sum |w_i| d_i / 508 (the second level's rounding)
+ *     of sum w_i x_i: a decoding or fragment slip is far larger.
  *   matvec, float weights: y = sum w_i x_i to float rounding.
- *   matmul: f16 tiles on tensor cores (quantised and F16 weights: both
- *     operands rounded to f16, so within 2^-10 of sum |w_i x_i|) or f32
- *     tiles (F32, BF16: float rounding).
- * Row counts cross the kernels' tile edges (67 rows; 3, 8 and 40 tokens).
+ *   matmul, F16: f16 tiles on tensor cores (both operands rounded to f16,
+ *     so within 2^-10 of sum |w_i x_i|); F32, BF16: f32 tiles (float
+ *     rounding).
+ * Row, token and column counts cross the kernels' tile edges (below).
  */
 #include "../kernels/cpu/ops.h"
 #include "gpu/gpu.h"
@@ -28,7 +32,7 @@ static const uint32_t gpu_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q4
                                      QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K,   QT_Q5_K,   QT_Q6_K,  QT_IQ4_NL,
                                      QT_IQ4_XS, QT_MXFP4};
 
-enum { ROWS = 67, COLS = 512, MAX_TOK = 40 };
+enum { ROWS = 67, COLS = 512, COLS_ODD = 576, MAX_COLS = 576, MAX_TOK = 70 };
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -64,6 +68,7 @@ static void quantize_rule(const float *x, int n, int8_t *q, float *d)
 
 typedef struct case_data {
     uint32_t type;
+    int cols;
     uint8_t *w;
     float *wf;   /* dequantised weights */
     float *x;
@@ -75,28 +80,31 @@ typedef struct case_data {
 /* Checks y against the reference; NULL or a message. */
 static const char *check_rows(const case_data *c, int n_tok, bool matmul, char *msg, size_t len)
 {
-    const bool q8 = !matmul && !is_float_type(c->type);
+    const int n = c->cols;
+    const bool q8 = !is_float_type(c->type);
     if (q8)
         for (int t = 0; t < n_tok; t++)
-            quantize_rule(c->x + t * COLS, COLS, c->hq + t * COLS, c->hd + t * (COLS / 32));
+            quantize_rule(c->x + t * n, n, c->hq + t * n, c->hd + t * (n / 32));
     if (q8)
-        for (int i = 0; i < n_tok * COLS; i++)
+        for (int i = 0; i < n_tok * n; i++)
             if (c->xq[i] != c->hq[i] || c->xd[i / 32] != c->hd[i / 32]) {
                 snprintf(msg, len, "activation %d: kernel q %d d %g, rule q %d d %g", i, c->xq[i], c->xd[i / 32],
                          c->hq[i], c->hd[i / 32]);
                 return msg;
             }
-    const bool f16_tiles = matmul && c->type != QT_F32 && c->type != QT_BF16;
+    const bool one_level = q8 && !matmul, two_level = q8 && matmul, f16_tiles = matmul && c->type == QT_F16;
     for (int t = 0; t < n_tok; t++)
         for (int r = 0; r < ROWS; r++) {
-            double want = 0, mag = 0;
-            for (int i = 0; i < COLS; i++) {
-                const double a = q8 ? (double)c->hq[t * COLS + i] * c->hd[(t * COLS + i) / 32] : c->x[t * COLS + i];
-                want += (double)c->wf[r * COLS + i] * a;
-                mag += fabs((double)c->wf[r * COLS + i] * a);
+            double want = 0, mag = 0, spread = 0;
+            for (int i = 0; i < n; i++) {
+                const int k = t * n + i;
+                const double w = c->wf[r * n + i], a = one_level ? (double)c->hq[k] * c->hd[k / 32] : c->x[k];
+                want += w * a;
+                mag += fabs(w * a);
+                spread += fabs(w) * c->hd[k / 32]; /* two levels: |x - d q - d' q'| <= d / 508 */
             }
             const double got = c->y[t * ROWS + r];
-            const double tol = (f16_tiles ? 2e-3 : 2e-5) * mag + 1e-6;
+            const double tol = (f16_tiles ? 2e-3 : 2e-5) * mag + (two_level ? spread / 508 * 1.01 : 0) + 1e-6;
             if (!(fabs(got - want) <= tol)) {
                 snprintf(msg, len, "token %d row %d: GPU %.9g, reference %.9g (tolerance %.3g)", t, r, got, want,
                          tol);
@@ -106,6 +114,25 @@ static const char *check_rows(const case_data *c, int n_tok, bool matmul, char *
     return NULL;
 }
 
+/* Quantises ROWS random rows of c->cols values into c->w and their
+ * dequantised values into c->wf. */
+static bool make_weights(case_data *c, const quant_traits *q, float *src, uint64_t *seed)
+{
+    for (int i = 0; i < ROWS * c->cols; i++)
+        src[i] = rng_float(seed) * (float)(1 + (i / 32) % 5);
+    uint64_t rb;
+    if (!quant_row_bytes(c->type, (uint64_t)c->cols, &rb))
+        return false;
+    for (int r = 0; r < ROWS; r++) {
+        q->from_float(src + r * c->cols, c->w + r * rb, c->cols);
+        q->to_float(c->w + r * rb, c->wf + r * c->cols, c->cols);
+    }
+    return true;
+}
+
+/* Shapes cross the tile edges: 67 rows (64-row tiles), 40 and 70 tokens
+ * (64-token tiles, 8-token groups), and for the 32-value block formats 576
+ * columns (the matmul steps 128 values: a half step at the end). */
 TEST(cuda_linear_every_type_matches_reference)
 {
     const char *why;
@@ -113,42 +140,42 @@ TEST(cuda_linear_every_type_matches_reference)
         SKIP("%s", why);
     uint64_t seed = 0xD1B54A32D192ED03ull;
     case_data c = {0};
-    float *src = malloc(sizeof(float) * ROWS * COLS);
-    c.wf = malloc(sizeof(float) * ROWS * COLS);
-    c.w = malloc(4 * ROWS * COLS);
-    c.x = malloc(sizeof(float) * MAX_TOK * COLS);
+    float *src = malloc(sizeof(float) * ROWS * MAX_COLS);
+    c.wf = malloc(sizeof(float) * ROWS * MAX_COLS);
+    c.w = malloc(4 * ROWS * MAX_COLS);
+    c.x = malloc(sizeof(float) * MAX_TOK * MAX_COLS);
     c.y = malloc(sizeof(float) * MAX_TOK * ROWS);
-    c.xq = malloc(MAX_TOK * COLS);
-    c.hq = malloc(MAX_TOK * COLS);
-    c.xd = malloc(sizeof(float) * MAX_TOK * COLS / 32);
-    c.hd = malloc(sizeof(float) * MAX_TOK * COLS / 32);
+    c.xq = malloc(MAX_TOK * MAX_COLS);
+    c.hq = malloc(MAX_TOK * MAX_COLS);
+    c.xd = malloc(sizeof(float) * MAX_TOK * MAX_COLS / 32);
+    c.hd = malloc(sizeof(float) * MAX_TOK * MAX_COLS / 32);
     CHECK(src && c.wf && c.w && c.x && c.y && c.xq && c.hq && c.xd && c.hd);
     static const struct {
         int n_tok;
         bool matmul;
-    } shapes[] = {{1, false}, {3, false}, {8, false}, {40, true}, {8, true}};
+    } shapes[] = {{1, false}, {3, false}, {8, false}, {40, true}, {70, true}, {9, true}};
     char msg[512];
     for (size_t ti = 0; ti < sizeof gpu_types / sizeof gpu_types[0]; ti++) {
         c.type = gpu_types[ti];
         const quant_traits *q = quant_traits_of(c.type);
-        for (int i = 0; i < ROWS * COLS; i++)
-            src[i] = rng_float(&seed) * (float)(1 + (i / 32) % 5);
-        for (int r = 0; r < ROWS; r++) {
-            uint64_t rb;
-            CHECK(quant_row_bytes(c.type, COLS, &rb));
-            q->from_float(src + r * COLS, c.w + r * rb, COLS);
-            q->to_float(c.w + r * rb, c.wf + r * COLS, COLS);
-        }
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int n_tok = shapes[si].n_tok;
-            for (int i = 0; i < n_tok * COLS; i++)
-                c.x[i] = rng_float(&seed) * (i % 97 == 0 ? 8.0f : 1.0f);
-            for (int i = 0; i < n_tok * ROWS; i++)
-                c.y[i] = NAN; /* every output must be written */
-            CHECK_OK(gpu_check_linear(c.type, c.w, ROWS, COLS, c.x, n_tok, shapes[si].matmul, c.y, c.xq, c.xd));
-            const char *bad = check_rows(&c, n_tok, shapes[si].matmul, msg, sizeof msg);
-            if (bad != NULL)
-                FAIL("%s, %s of %d tokens: %s", q->name, shapes[si].matmul ? "matmul" : "matvec", n_tok, bad);
+        for (int odd = 0; odd < 2; odd++) {
+            if (odd && q->block_size != 32)
+                continue;
+            c.cols = odd ? COLS_ODD : COLS;
+            CHECK(make_weights(&c, q, src, &seed));
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const int n_tok = shapes[si].n_tok;
+                for (int i = 0; i < n_tok * c.cols; i++)
+                    c.x[i] = rng_float(&seed) * (i % 97 == 0 ? 8.0f : 1.0f);
+                for (int i = 0; i < n_tok * ROWS; i++)
+                    c.y[i] = NAN; /* every output must be written */
+                CHECK_OK(gpu_check_linear(c.type, c.w, ROWS, c.cols, c.x, n_tok, shapes[si].matmul, c.y, c.xq,
+                                          c.xd));
+                const char *bad = check_rows(&c, n_tok, shapes[si].matmul, msg, sizeof msg);
+                if (bad != NULL)
+                    FAIL("%s, %s of %d tokens x %d: %s", q->name, shapes[si].matmul ? "matmul" : "matvec", n_tok,
+                         c.cols, bad);
+            }
         }
     }
     free(src);

@@ -6,8 +6,9 @@
  *   quantize.cu   activation rows -> 8-bit rows with per-32 scales
  *   matvec.cu     decode: weight rows . few activation rows (integer dot
  *                 products for quantised weights), dense or per route
- *   matmul.cu     prefill: tiles dequantised to f16 on tensor cores (WMMA),
- *                 or an f32 tile kernel; dense or grouped by expert
+ *   matmul.cu     prefill: quantised weights as 8-bit integer tensor-core
+ *                 products (mmq.cu), F16 in f16 tiles (WMMA), F32/BF16 in
+ *                 f32 tiles; dense or grouped by expert
  *   attention.cu  flash-decoding over the KV cache, GQA
  *   moe.cu        gating + top-k, grouping routes by expert, combine
  *   ops.cu        embedding, RMSNorm, QK-norm + RoPE + KV store, SwiGLU,
@@ -45,12 +46,16 @@ typedef struct gk_route {
 
 /* Activation rows of n values: float rows, and their 8-bit form (q: n
  * bytes per row; meta: n / 32 entries per row of {float d as bits, sum of
- * q over values 0..15, over 16..31, unused}). */
+ * q over values 0..15, over 16..31, unused}).  q_lo / meta_lo: the
+ * two-level form's second level (gk_quantize_rows_2level), which the
+ * prefill matmul of quantised weights reads; NULL elsewhere. */
 typedef struct gk_act {
     const float *f;
     const int8_t *q;
     const int32_t *meta; /* 4 int32 per 32 values */
     int64_t n;
+    const int8_t *q_lo;
+    const int32_t *meta_lo;
 } gk_act;
 
 /* A weight matrix (or a stack of expert matrices). */
@@ -87,6 +92,10 @@ bool gk_type_supported(uint32_t type);
 
 /* --- quantize.cu */
 int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta);
+/* The same level 1, plus the residual x - d q quantised by the same rule
+ * into q_lo / meta_lo (two-level: about 15 bits per 32-value block). */
+int gk_quantize_rows_2level(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta,
+                            int8_t *q_lo, int32_t *meta_lo);
 
 /* --- matvec.cu.  Decode: at most GK_MATVEC_MAX_TOK tokens for dense rows.
  * glu (dense or routed): y = silu(W . x) * (W2 . x) with W2 a second matrix
@@ -101,8 +110,9 @@ int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, in
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
  * activation row of slot s is routes[order[s]].token (gather) or s, output
- * row s. */
-enum { GK_TILE_TOK = 32, GK_MATMUL_K = 64 }; /* rows of n_cols % GK_MATMUL_K == 0 only */
+ * row s.  Quantised weights read x's two-level 8-bit form (q, meta, q_lo,
+ * meta_lo: gk_quantize_rows_2level first), float weights x.f. */
+enum { GK_TILE_TOK = 64, GK_MATMUL_K = 64 }; /* rows of n_cols % GK_MATMUL_K == 0 only */
 int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out);
 
 typedef struct gk_groups {
@@ -115,6 +125,11 @@ typedef struct gk_groups {
 
 int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes, const gk_groups *g,
                       bool gather, const gk_out *out);
+/* The gate and up matrices of a GLU pair (quantised, one type and shape)
+ * in one grouped launch sharing the activation tiles: out = silu(gate . x)
+ * * (up . x), the plain SwiGLU of gk_glu_act. */
+int gk_matmul_grouped_glu(gpuStream_t s, const gk_mat *gate, const gk_mat *up, const gk_act *x,
+                          const gk_route *routes, const gk_groups *g, bool gather, const gk_out *out);
 
 /* --- attention.cu.  Queries of n_tok tokens (rows of n_head * head_dim_k),
  * cache rows of n_head_kv heads; token t sees positions [0, pos0 + t].

@@ -1,65 +1,27 @@
 /*
- * matmul.cu — prefill: W . X for many activation rows, as tiles of
- * MM_BM weight rows x MM_BN activation rows, stepping MM_BK = 64 values
- * (two chunks) at a time.  Every thread decodes one chunk of the weight
- * tile (quant.cuh) and loads 16 values of the activation tile, the
- * activation loads issued first so both are in flight together.
+ * matmul.cu — prefill for float weights: W . X for many activation rows, as
+ * tiles of MM_BM weight rows x MM_BN activation rows, stepping MM_BK = 64
+ * values (two chunks) at a time.  Every thread converts one chunk of the
+ * weight tile and loads 16 values of the activation tile, the activation
+ * loads issued first so both are in flight together.
  *
- *   f16 path  (quantised and F16 weights): both tiles in f16, products on
- *             the tensor cores (WMMA 16x16x16, f32 accumulation).  F16
- *             rounding of matmul inputs is what the CPU reference does
- *             for F16 weights; the reference tolerances were measured to
- *             allow it for quantised ones (../shared/ref/tolerances.json).
+ *   f16 path  (F16 weights): both tiles in f16, products on the tensor
+ *             cores (WMMA 16x16x16, f32 accumulation); F16 rounding of
+ *             matmul inputs is what the CPU reference does for F16 weights.
  *   f32 path  (F32 and BF16 weights): f32 tiles, f32 FMA, 4x4 outputs per
  *             thread, so F32 models keep F32 arithmetic.
  *
- * Grouped launches run the experts of a MoE layer: grid row y is a tile of
- * one expert's slots (gk_moe_group), activation rows gathered by token.
+ * Quantised weights go to mmq.cu (8-bit integer tensor-core products).
+ * Grouped launches run the experts of a MoE layer: a gk_moe_group tile of
+ * one expert's slots in GK_TILE_TOK / MM_BN grid rows (mm_tile.cuh),
+ * activation rows gathered by token.
  */
-#include "common.cuh"
+#include "mm_tile.cuh"
 
-enum { MM_BM = 64, MM_BN = GK_TILE_TOK, MM_BK = GK_MATMUL_K, MM_THREADS = 128 };
+enum { MM_BM = 64, MM_BN = 32, MM_BK = GK_MATMUL_K, MM_THREADS = 128 };
 enum { MM_LDH = MM_BK + 8, MM_LDF = MM_BK + 1, MM_LDC = MM_BN + 4 };
 
 static_assert(MM_BN == 32 && MM_BM == 64 && MM_BK == 64 && MM_THREADS == 128, "tile loaders assume these sizes");
-
-/* Which rows a block reads and writes. */
-struct mm_tile {
-    const uint8_t *w;
-    int count; /* valid activation rows */
-};
-
-/* Fills act_row / out_row (-1 beyond the tile) and returns the matrix; a
- * block past the last tile gets count 0. */
-static inline __device__ mm_tile mm_setup(const gk_mat &w, int n_tok, const gk_route *routes, const gk_groups &g,
-                                          bool grouped, bool gather, int64_t *act_row, int64_t *out_row)
-{
-    mm_tile t;
-    int first;
-    if (grouped) {
-        const int tile = blockIdx.y;
-        if (tile >= *g.n_tiles) {
-            t.w = NULL;
-            t.count = 0;
-            return t;
-        }
-        const int32_t *e = g.tiles + 4 * tile;
-        t.w = expert_matrix(w, e[0]);
-        first = e[1];
-        t.count = e[2];
-    } else {
-        t.w = w.data;
-        first = blockIdx.y * MM_BN;
-        t.count = min(MM_BN, n_tok - first);
-    }
-    for (int n = threadIdx.x; n < MM_BN; n += blockDim.x) {
-        const bool valid = n < t.count;
-        const int slot = first + n;
-        out_row[n] = valid ? slot : -1;
-        act_row[n] = !valid ? -1 : grouped && gather ? routes[g.order[slot]].token : slot;
-    }
-    return t;
-}
 
 /* Loads 16 activation values of row n at column k0 + 16 part (zeros for an
  * unused row). */
@@ -93,14 +55,6 @@ static inline __device__ void store_half8(half *dst, const float *v)
     *(int4 *)dst = u.raw;
 }
 
-static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row, float v)
-{
-    if (out.bias != NULL)
-        v += out.bias[r];
-    float *dst = out.y + row * out.y_stride + r;
-    *dst = out.accumulate ? *dst + v : v;
-}
-
 template <int T>
 __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int n_tok, gk_out out,
                                                          const gk_route *routes, gk_groups g, bool grouped, bool gather)
@@ -110,7 +64,7 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int
     __shared__ __align__(32) half bs[MM_BN * MM_LDH];
     __shared__ __align__(32) float cs[MM_BM * MM_LDC];
     __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
-    const mm_tile tile = mm_setup(w, n_tok, routes, g, grouped, gather, act_row, out_row);
+    const mm_tile tile = mm_setup<MM_BN>(w, n_tok, routes, g, grouped, gather, act_row, out_row);
     if (tile.count <= 0)
         return;
     __syncthreads();
@@ -164,7 +118,7 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int
     __shared__ float as[MM_BM * MM_LDF];
     __shared__ float bs[MM_BN * MM_LDF];
     __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
-    const mm_tile tile = mm_setup(w, n_tok, routes, g, grouped, gather, act_row, out_row);
+    const mm_tile tile = mm_setup<MM_BN>(w, n_tok, routes, g, grouped, gather, act_row, out_row);
     if (tile.count <= 0)
         return;
     __syncthreads();
@@ -212,24 +166,30 @@ template <int T>
 static int mm_launch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                      const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
-    if constexpr (T == GQ_F32 || T == GQ_BF16)
-        return gk_launch(k_matmul_f<T>, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out, routes, *g, grouped, gather);
-    else
+    if constexpr (T == GQ_F16)
         return gk_launch(k_matmul_h<T>, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out, routes, *g, grouped, gather);
+    else
+        return gk_launch(k_matmul_f<T>, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out, routes, *g, grouped, gather);
 }
 
-static int mm_dispatch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
+/* Quantised weights take the 8-bit integer kernel (mmq.cu), float weights
+ * the tiles here. */
+static int mm_dispatch(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                        const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
     if (w->n_cols % MM_BK != 0)
         return (int)gpuErrorInvalidValue;
-    if (w->n_rows == 0 || grid.y == 0)
+    if (w->n_rows == 0)
+        return 0;
+    if (gk_is_quant_type(w->type))
+        return mmq_launch(s, w, NULL, x, n_tok, out, routes, g, grouped, gather);
+    const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), mm_grid_rows<MM_BN>(n_tok, g, grouped));
+    if (grid.y == 0)
         return 0;
     switch (w->type) {
 #define MM_CASE_(T)                                                                                              \
     case T:                                                                                                      \
         return mm_launch<T>(s, grid, w, x, n_tok, out, routes, g, grouped, gather);
-        GQ_FOR_EACH_QUANT(MM_CASE_)
         GK_FOR_EACH_FLOAT(MM_CASE_)
 #undef MM_CASE_
     default:
@@ -240,13 +200,19 @@ static int mm_dispatch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *
 extern "C" int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out)
 {
     const gk_groups none = {NULL, NULL, NULL, NULL, 0};
-    const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), (unsigned)((n_tok + MM_BN - 1) / MM_BN));
-    return mm_dispatch(s, grid, w, x, n_tok, out, NULL, &none, false, false);
+    return mm_dispatch(s, w, x, n_tok, out, NULL, &none, false, false);
 }
 
 extern "C" int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes,
                                  const gk_groups *g, bool gather, const gk_out *out)
 {
-    const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), (unsigned)g->max_tiles);
-    return mm_dispatch(s, grid, w, x, 0, out, routes, g, true, gather);
+    return mm_dispatch(s, w, x, 0, out, routes, g, true, gather);
+}
+
+extern "C" int gk_matmul_grouped_glu(gpuStream_t s, const gk_mat *gate, const gk_mat *up, const gk_act *x,
+                                     const gk_route *routes, const gk_groups *g, bool gather, const gk_out *out)
+{
+    if (!gk_is_quant_type(gate->type) || gate->n_cols % MM_BK != 0)
+        return (int)gpuErrorInvalidValue;
+    return mmq_launch(s, gate, up, x, 0, out, routes, g, true, gather);
 }

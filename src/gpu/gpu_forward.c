@@ -40,6 +40,7 @@ static void act_bind(gpu_act *a, int64_t n, int n_rows)
     a->n = n;
     a->n_rows = n_rows;
     a->q_ready = false;
+    a->lo_ready = false;
 }
 
 static bool reads_8bit(const gk_mat *w)
@@ -58,10 +59,25 @@ static hydra_status act_quantize(gpu_session *g, gpu_act *a)
     return HYDRA_OK;
 }
 
+/* The two-level form (level 1 as act_quantize's, plus the residual's),
+ * which the prefill matmuls of quantised weights read (mmq.cu). */
+static hydra_status act_quantize_2level(gpu_session *g, gpu_act *a)
+{
+    if (a->lo_ready)
+        return HYDRA_OK;
+    TRY(gk_quantize_rows_2level(g->stream, a->f, a->n_rows, a->n, a->q, a->meta, a->q_lo, a->meta_lo),
+        "quantizing activations (two levels)");
+    gpu_prof_mark(g, OP_QUANT);
+    a->q_ready = true;
+    a->lo_ready = true;
+    return HYDRA_OK;
+}
+
 static gk_act act_view(const gpu_act *a, int64_t row0)
 {
-    return (gk_act){.f = a->f + row0 * a->n, .q = a->q + row0 * a->n, .meta = a->meta + row0 * (a->n / 32) * 4,
-                    .n = a->n};
+    const int64_t meta_row = row0 * (a->n / 32) * 4;
+    return (gk_act){.f = a->f + row0 * a->n, .q = a->q + row0 * a->n, .meta = a->meta + meta_row, .n = a->n,
+                    .q_lo = a->q_lo + row0 * a->n, .meta_lo = a->meta_lo + meta_row};
 }
 
 /* --- building blocks */
@@ -73,6 +89,8 @@ static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t 
 {
     const bool tiled = n_tok > GK_MATVEC_MAX_TOK && w->n_cols % GK_MATMUL_K == 0;
     if (tiled) {
+        if (reads_8bit(w)) /* quantised weights: integer tensor-core products (mmq.cu) */
+            TRY_ST(act_quantize_2level(g, x));
         const gk_act xa = act_view(x, row0);
         const gk_out out = {.y = y, .y_stride = y_stride, .bias = bias, .accumulate = accumulate};
         TRY(gk_matmul(g->stream, w, &xa, n_tok, &out), "matmul");
@@ -262,13 +280,22 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
                           .max_tiles = gk_moe_max_tiles(n_routes, (int)g->w->hp.n_expert)};
     TRY(gk_moe_group(g->stream, g->routes, n_routes, (int)g->w->hp.n_expert, &gr), "grouping routes");
     gpu_prof_mark(g, OP_GROUP);
+    if (reads_8bit(gate) || reads_8bit(up))
+        TRY_ST(act_quantize_2level(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
-    const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
-    TRY(gk_matmul_grouped(g->stream, gate, &xa, g->routes, &gr, true, &og), "experts gate");
-    TRY(gk_matmul_grouped(g->stream, up, &xa, g->routes, &gr, true, &ou), "experts up");
-    TRY_ST(gpu_ffn_activate(g, l, true, g->routes, g->order, n_routes, ff));
+    if (glu_pair(gate, up) && reads_8bit(gate) && gpu_ffn_plain(g, l)) { /* one launch, SwiGLU applied */
+        const gk_out oh = {.y = g->h.f, .y_stride = ff};
+        TRY(gk_matmul_grouped_glu(g->stream, gate, up, &xa, g->routes, &gr, true, &oh), "experts gate/up");
+    } else {
+        const gk_out og = {.y = g->h_gate, .y_stride = ff}, ou = {.y = g->h_up, .y_stride = ff};
+        TRY(gk_matmul_grouped(g->stream, gate, &xa, g->routes, &gr, true, &og), "experts gate");
+        TRY(gk_matmul_grouped(g->stream, up, &xa, g->routes, &gr, true, &ou), "experts up");
+        TRY_ST(gpu_ffn_activate(g, l, true, g->routes, g->order, n_routes, ff));
+    }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
+    if (reads_8bit(down))
+        TRY_ST(act_quantize_2level(g, &g->h));
     const gk_act ha = act_view(&g->h, 0);
     const gk_out oy = {.y = g->y, .y_stride = embd};
     TRY(gk_matmul_grouped(g->stream, down, &ha, g->routes, &gr, false, &oy), "experts down");

@@ -80,9 +80,12 @@ typedef struct gpu_act {
     float *f;
     int8_t *q;
     int32_t *meta;
-    int64_t n;    /* values per row */
-    int n_rows;   /* current rows */
-    bool q_ready; /* q/meta hold the current contents */
+    int8_t *q_lo;    /* the two-level form's second level (prefill matmuls) */
+    int32_t *meta_lo;
+    int64_t n;       /* values per row */
+    int n_rows;      /* current rows */
+    bool q_ready;    /* q/meta hold the current contents */
+    bool lo_ready;   /* ... and q_lo/meta_lo too */
 } gpu_act;
 
 /* An activation set of up to rows rows of n values, with its 8-bit form,
