@@ -362,7 +362,7 @@ static bool stream_text(int port, const char *body, ts_stream *st)
     return st->done && st->well_formed;
 }
 
-TEST(server_spec_stream_max_tokens_and_stop_cut_exactly)
+TEST(server_spec_stream_max_tokens_stop_logprobs_and_sampling)
 {
     test_server plain, spec;
     START(plain, NULL, "-np 2");
@@ -405,6 +405,18 @@ TEST(server_spec_stream_max_tokens_and_stop_cut_exactly)
     SCHECK(spec, post(&got) && strcmp(got.text, plain_short.text) == 0 && got.completion_tokens == 7 &&
                      strcmp(got.finish, "length") == 0);
     SCHECK(spec, strlen(plain_short.logprobs) > 20 && strcmp(got.logprobs, plain_short.logprobs) == 0);
+    /* sampling: the rejection rule keeps every draft when the draft's
+     * distribution is the target's (itself, no penalties); a seed repeats */
+    reply hot[2];
+    for (int i = 0; i < 2; i++) {
+        hot[i] = (reply){.port = spec.port};
+        snprintf(hot[i].body, sizeof hot[i].body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":1.0,\"seed\":5,\"ignore_eos\":true}",
+                 PROMPTS[1]);
+        SCHECK(spec, post(&hot[i]) && hot[i].status == 200 && hot[i].completion_tokens == 24);
+    }
+    SCHECK(spec, strcmp(hot[0].text, hot[1].text) == 0 && hot[0].draft_n > 0 &&
+                     hot[0].draft_n_accepted == hot[0].draft_n);
     if (quotable) {
         snprintf(got.body, sizeof got.body, "%s", stop_body);
         SCHECK(spec, post(&got) && strcmp(got.text, plain_stop.text) == 0 && strcmp(got.finish, "stop") == 0);
