@@ -4,7 +4,8 @@
  * without a CUDA device.
  *
  *   router + top-k tail: logits to float rounding; experts and weights as
- *     the selection rule of src/moe.c gives them from those logits.
+ *     the selection rule of src/moe.c gives them from those logits; with
+ *     the norm fused in, over the RMSNorm of x computed here in double.
  */
 #include "gpu/gpu.h"
 #include "gpu/gpu_check_fused.h"
@@ -82,15 +83,23 @@ TEST(cuda_router_topk_tail_matches_reference)
     const char *why;
     if (!gpu_available(&why))
         SKIP("%s", why);
-    static const gpu_router_check cases[] = {
+    enum { MAX_E = 256, MAX_C = 512, MAX_T = 8, MAX_K = 8 };
+    static float gain[MAX_C];
+    uint64_t gseed = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < MAX_C; i++)
+        gain[i] = 0.5f + fz_float(&gseed);
+    const gpu_router_check cases[] = {
         {.type = QT_F32, .n_expert = 128, .n_used = 8, .n_cols = 512, .n_tok = 1, .renorm = true, .scale = 1.0f},
         {.type = QT_F32, .n_expert = 60, .n_used = 4, .n_cols = 256, .n_tok = 5, .renorm = false, .scale = 1.0f},
         {.type = QT_F32, .n_expert = 256, .n_used = 8, .n_cols = 256, .n_tok = 8, .sigmoid = true, .renorm = true,
          .scale = 2.5f},
         {.type = QT_BF16, .n_expert = 32, .n_used = 4, .n_cols = 64, .n_tok = 2, .renorm = true, .scale = 1.0f},
         {.type = QT_F16, .n_expert = 8, .n_used = 2, .n_cols = 128, .n_tok = 3, .renorm = true, .scale = 1.0f},
+        {.type = QT_F32, .n_expert = 128, .n_used = 8, .n_cols = 512, .n_tok = 1, .renorm = true, .scale = 1.0f,
+         .norm_gain = gain, .eps = 1e-6f},
+        {.type = QT_BF16, .n_expert = 64, .n_used = 6, .n_cols = 96, .n_tok = 1, .sigmoid = true, .renorm = false,
+         .scale = 1.5f, .norm_gain = gain, .eps = 1e-5f},
     };
-    enum { MAX_E = 256, MAX_C = 512, MAX_T = 8, MAX_K = 8 };
     uint64_t seed = 0xB5AD4ECEDA1CE2A9ull;
     uint8_t *w = malloc(4 * MAX_E * MAX_C);
     float *wf = malloc(sizeof(float) * MAX_E * MAX_C), *x = malloc(sizeof(float) * MAX_T * MAX_C);
@@ -104,6 +113,14 @@ TEST(cuda_router_topk_tail_matches_reference)
         int32_t experts[MAX_T * MAX_K], want_e[MAX_K];
         float weights[MAX_T * MAX_K], want_w[MAX_K];
         CHECK_OK(gpu_check_router_topk(c, w, x, logits, experts, weights));
+        if (c->norm_gain != NULL) { /* the reference below dots the normed row */
+            double ss = 0;
+            for (int i = 0; i < c->n_cols; i++)
+                ss += (double)x[i] * x[i];
+            const double inv = 1.0 / sqrt(ss / (double)c->n_cols + c->eps);
+            for (int i = 0; i < c->n_cols; i++)
+                x[i] = (float)(x[i] * inv * c->norm_gain[i]);
+        }
         for (int t = 0; t < c->n_tok; t++) {
             for (int e = 0; e < c->n_expert; e++) {
                 double want = 0, mag = 0;
@@ -128,4 +145,145 @@ TEST(cuda_router_topk_tail_matches_reference)
     free(wf);
     free(x);
     free(logits);
+}
+
+/* The 8-bit rule of quantize.cu (as test_cuda_ops.c's): per 32 values d =
+ * amax / 127, q = round-half-even(v * 127 / amax). */
+static bool follows_q8_rule(const float *v, const int8_t *q, const float *d, int n)
+{
+    for (int b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(v[32 * b + i]));
+        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (memcmp(&d[b], &(float){amax / 127.0f}, sizeof(float)) != 0)
+            return false;
+        for (int i = 0; i < 32; i++)
+            if (q[32 * b + i] != (int8_t)nearbyintf(v[32 * b + i] * iscale))
+                return false;
+    }
+    return true;
+}
+
+TEST(cuda_staged_matvec_equals_quantize_then_matvec)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q5_K, QT_Q4_0, QT_IQ4_XS};
+    static const struct {
+        int64_t rows, cols;
+    } shapes[] = {{64, 768}, {37, 256}, {16, 2048}};
+    uint64_t seed = 0x51A6EDull;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si].rows, cols = shapes[si].cols;
+            uint64_t rb = 0;
+            if (!quant_row_bytes(types[ti], (uint64_t)cols, &rb))
+                continue; /* a block longer than the row */
+            uint8_t *w = malloc(rb * (size_t)rows);
+            float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)cols);
+            float *y = malloc(sizeof(float) * (size_t)rows), *want = malloc(sizeof(float) * (size_t)rows);
+            CHECK(w && wf && x && y && want);
+            fz_weights(types[ti], rows, cols, &seed, w, wf);
+            for (int64_t i = 0; i < cols; i++)
+                x[i] = fz_float(&seed) * (i % 61 == 0 ? 6.0f : 1.0f);
+            CHECK_OK(gpu_check_linear(types[ti], w, rows, cols, x, 1, false, want, NULL, NULL));
+            CHECK_OK(gpu_check_matvec_staged(types[ti], w, rows, cols, x, y));
+            for (int64_t r = 0; r < rows; r++)
+                if (memcmp(&y[r], &want[r], sizeof(float)) != 0)
+                    FAIL("%s %lld x %lld row %lld: staged %.9g, quantize + matvec %.9g",
+                         quant_traits_of(types[ti])->name, (long long)rows, (long long)cols, (long long)r, y[r],
+                         want[r]);
+            free(w);
+            free(wf);
+            free(x);
+            free(y);
+            free(want);
+        }
+}
+
+TEST(cuda_rope_in_attention_equals_rope_then_attention)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    enum { MAX_DIM = 128, MAX_HEADS = 32, MAX_CTX = 512 };
+    uint64_t seed = 0xA77E27ull;
+    static float gain_q[MAX_DIM], gain_k[MAX_DIM], init[2 * MAX_CTX * 4 * MAX_DIM];
+    for (int i = 0; i < MAX_DIM; i++) {
+        gain_q[i] = 0.5f + fz_float(&seed);
+        gain_k[i] = 0.5f + fz_float(&seed);
+    }
+    for (size_t i = 0; i < sizeof init / sizeof init[0]; i++)
+        init[i] = fz_float(&seed);
+    const gpu_rope_attn_check cases[] = {
+        {.n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_rot = 128, .pos0 = 0, .n_ctx = 256, .neox = true,
+         .kv_f16 = true, .eps = 1e-6f, .theta_base = 1e6f, .q_norm = gain_q, .k_norm = gain_k},
+        {.n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_rot = 128, .pos0 = 300, .n_ctx = 512, .neox = true,
+         .kv_f16 = false, .eps = 1e-6f, .theta_base = 1e6f, .q_norm = gain_q, .k_norm = gain_k, .cache_init = init},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 64, .n_rot = 32, .pos0 = 77, .n_ctx = 128, .neox = false,
+         .kv_f16 = false, .eps = 1e-5f, .theta_base = 1e4f, .cache_init = init},
+        {.n_head = 16, .n_head_kv = 4, .head_dim = 128, .n_rot = 64, .pos0 = 511, .n_ctx = 512, .neox = true,
+         .kv_f16 = true, .eps = 1e-6f, .theta_base = 1e4f, .k_norm = gain_k},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const gpu_rope_attn_check *c = &cases[ci];
+        const int nq = c->n_head * c->head_dim, nk = c->n_head_kv * c->head_dim;
+        float q[MAX_HEADS * MAX_DIM], k[4 * MAX_DIM], v[4 * MAX_DIM];
+        float ref[MAX_HEADS * MAX_DIM], fused[MAX_HEADS * MAX_DIM], d[MAX_HEADS * MAX_DIM / 32];
+        int8_t q8[MAX_HEADS * MAX_DIM];
+        for (int i = 0; i < nq; i++)
+            q[i] = fz_float(&seed) * 2.0f;
+        for (int i = 0; i < nk; i++) {
+            k[i] = fz_float(&seed) * 2.0f;
+            v[i] = fz_float(&seed);
+        }
+        bool same_cache = false;
+        CHECK_OK(gpu_check_rope_attention(c, q, k, v, ref, fused, q8, d, &same_cache));
+        if (!same_cache)
+            FAIL("case %zu: the fused launch left other cache bits", ci);
+        for (int i = 0; i < nq; i++)
+            if (memcmp(&ref[i], &fused[i], sizeof(float)) != 0)
+                FAIL("case %zu value %d: fused %.9g, rope then attention %.9g", ci, i, fused[i], ref[i]);
+        if (!follows_q8_rule(fused, q8, d, nq))
+            FAIL("case %zu: the output's 8-bit form breaks the rule", ci);
+    }
+}
+
+TEST(cuda_mixed_qkv_launch_equals_one_launch_each)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    static const uint32_t pairs[][2] = {{QT_Q4_K, QT_Q6_K}, {QT_Q5_K, QT_Q6_K}};
+    const int64_t rows[3] = {96, 32, 40}, cols = 512;
+    uint64_t seed = 0x3C5A11EDull;
+    float *wf = malloc(sizeof(float) * 96 * cols), *x = malloc(sizeof(float) * cols);
+    float *y = malloc(sizeof(float) * 168), *want = malloc(sizeof(float) * 96);
+    uint8_t *w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = malloc(4 * 96 * cols);
+    CHECK(wf && x && y && want && w[0] && w[1] && w[2]);
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+        for (int i = 0; i < 3; i++)
+            fz_weights(pairs[pi][i < 2 ? 0 : 1], rows[i], cols, &seed, w[i], wf);
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = fz_float(&seed);
+        const void *const wc[3] = {w[0], w[1], w[2]};
+        CHECK_OK(gpu_check_matvec_mixed(pairs[pi][0], pairs[pi][1], wc, rows, cols, x, y));
+        for (int i = 0, off = 0; i < 3; off += (int)rows[i], i++) {
+            CHECK_OK(gpu_check_linear(pairs[pi][i < 2 ? 0 : 1], w[i], rows[i], cols, x, 1, false, want, NULL, NULL));
+            for (int64_t r = 0; r < rows[i]; r++)
+                if (memcmp(&y[off + r], &want[r], sizeof(float)) != 0)
+                    FAIL("pair %zu matrix %d row %lld: one launch %.9g, alone %.9g", pi, i, (long long)r,
+                         y[off + r], want[r]);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        free(w[i]);
+    free(wf);
+    free(x);
+    free(y);
+    free(want);
 }

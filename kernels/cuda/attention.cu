@@ -14,6 +14,8 @@
  * before this launch by gk_rope_store).
  */
 #include "common.cuh"
+#include "qk_rope.cuh"
+#include "row_norm.cuh"
 
 enum { AT_THREADS = GK_ATTN_CHUNK, AT_WARPS = AT_THREADS / GPU_WARP };
 
@@ -63,10 +65,41 @@ template <bool F16> static inline __device__ float kv_value(const void *base, in
     return ((const float *)base)[i];
 }
 
+/* ROPE (one token): the block norms and rotates its group's query heads
+ * itself (qk_rope.cuh, as k_rope_store would), and the block whose chunk
+ * holds the token's position also its K and V rows into the cache, before
+ * any position is read: no other block reads that row, and
+ * __syncthreads makes the block's own stores visible to it.  Saves the
+ * rope launch in decode. */
+template <bool ROPE>
+static inline __device__ void at_queries(const gk_attn &a, const gk_rope &r, const float *q, float *qs, int g,
+                                         int pos, bool holds_pos)
+{
+    const int group = a.n_head / a.n_head_kv, dk = a.head_dim_k, warp = threadIdx.x / GPU_WARP;
+    if constexpr (ROPE) {
+        __shared__ float kh[RS_MAX_DIM];
+        const qr_angles an = qr_angles_at(r, pos);
+        for (int h = warp; h < group; h += AT_WARPS)
+            qk_head_warp(r, an, qs + h * dk, q + h * dk, r.q_norm);
+        if (holds_pos && warp == 0) {
+            qk_head_warp(r, an, kh, r.k + (int64_t)g * dk, r.k_norm);
+            qr_store_row(r.k_cache, (int64_t)pos * r.n_head_kv * dk + (int64_t)g * dk, kh, dk, r.kv_f16);
+        }
+        if (holds_pos && warp == AT_WARPS - 1)
+            qr_store_row(r.v_cache, (int64_t)pos * r.n_head_kv * r.head_dim_v + (int64_t)g * r.head_dim_v,
+                         r.v + (int64_t)g * r.head_dim_v, r.head_dim_v, r.kv_f16);
+    } else {
+        for (int i = threadIdx.x; i < group * dk; i += AT_THREADS)
+            qs[i] = q[i];
+    }
+    __syncthreads();
+}
+
 /* Scratch: per (token, head, chunk) two floats (max, sum), then dv floats.
  * Shared memory: the group's queries, their scores over the chunk, and the
  * per-split partial sums of the V pass. */
-template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, const gk_step *step)
+template <bool F16, bool ROPE>
+__global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, gk_rope r, const gk_step *step)
 {
     gpu_pdl_wait();
     extern __shared__ float smem[];
@@ -83,18 +116,21 @@ template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial
     float *red = ps + group * GK_ATTN_CHUNK; /* splits x group x min(dv, AT_THREADS) */
     const int tid = threadIdx.x, warp = tid / GPU_WARP, lane = tid % GPU_WARP;
     const float *q = a.q + ((int64_t)t * a.n_head + (int64_t)g * group) * dk;
-    for (int i = tid; i < group * dk; i += AT_THREADS)
-        qs[i] = q[i];
-    __syncthreads();
+    at_queries<ROPE>(a, r, q, qs, g, n_kv - 1, n_kv <= start + a.chunk);
 
-    /* scores: one thread per position, every query head of the group */
-    if (tid < len) {
-        const int64_t krow = (int64_t)(start + tid) * a.k_row + (int64_t)g * dk;
+    /* scores: tpp threads per position (the block's threads over the
+     * chunk's positions), each over every tpp-th 8 values of the row, for
+     * every query head of the group; then summed across the tpp lanes */
+    {
+        const int tpp = AT_THREADS / a.chunk, j = tid / tpp, part = tid % tpp;
+        const bool live = j < len;
+        const int64_t krow = (int64_t)(start + j) * a.k_row + (int64_t)g * dk;
         float acc[GK_ATTN_MAX_GROUP];
 #pragma unroll
         for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
             acc[h] = 0.0f;
-        for (int i = 0; i < dk; i += 8) {
+#pragma unroll 2
+        for (int i = 8 * part; live && i < dk; i += 8 * tpp) {
             float kv[8];
             kv_load8<F16>(a.k, krow + i, kv);
 #pragma unroll
@@ -109,10 +145,17 @@ template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial
                 acc[h] = s;
             }
         }
+        for (int m = 1; m < tpp; m *= 2) /* tpp divides the warp: whole groups of lanes */
+#pragma unroll
+            for (int h = 0; h < GK_ATTN_MAX_GROUP; h++) {
+                if (h >= group) /* the same for every lane */
+                    break;
+                acc[h] += gpu_shfl_xor(acc[h], m);
+            }
 #pragma unroll
         for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
-            if (h < group)
-                ps[h * GK_ATTN_CHUNK + tid] = a.scale * acc[h];
+            if (h < group && live && part == 0)
+                ps[h * GK_ATTN_CHUNK + j] = a.scale * acc[h];
     }
     __syncthreads();
 
@@ -188,29 +231,49 @@ template <bool F16> __global__ void __launch_bounds__(AT_THREADS) k_attn_partial
     }
 }
 
-/* One block per (head, token): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c. */
+/* One block per (head, token): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
+ * The first warp turns the chunks' maxima into their factors (shared
+ * memory, one per chunk), so the threads' sums over the chunks are
+ * independent loads; with out_q the block also writes the 8-bit form of
+ * its row (one warp per 32 values), saving the output projection's
+ * quantize launch. */
 __global__ void k_attn_combine(gk_attn a, const gk_step *step)
 {
     gpu_pdl_wait();
-    const int h = blockIdx.x, t = blockIdx.y;
+    extern __shared__ float smem[]; /* n_chunks factors */
+    __shared__ float inv_l;
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x % GPU_WARP;
     const int n_kv = step->pos0 + a.tok0 + t + 1;
     const int n_chunks = at_chunks(a.max_kv, a.chunk), used = at_chunks(n_kv, a.chunk);
     const int dv = a.head_dim_v;
     const int64_t base = ((int64_t)t * a.n_head + h) * n_chunks;
     const float *ml = a.scratch + 2 * base;
     const float *acc = a.scratch + 2 * (int64_t)a.n_tok * a.n_head * n_chunks + base * dv;
-    float mx = -INFINITY;
-    for (int c = 0; c < used; c++)
-        mx = fmaxf(mx, ml[2 * c]);
-    float l = 0.0f;
-    for (int c = 0; c < used; c++)
-        l += expf(ml[2 * c] - mx) * ml[2 * c + 1];
-    const float inv = 1.0f / l;
+    if (threadIdx.x < GPU_WARP) {
+        float mx = -INFINITY;
+        for (int c = lane; c < used; c += GPU_WARP)
+            mx = fmaxf(mx, ml[2 * c]);
+        mx = warp_max(mx);
+        float l = 0.0f;
+        for (int c = lane; c < used; c += GPU_WARP) {
+            const float f = expf(ml[2 * c] - mx);
+            smem[c] = f;
+            l += f * ml[2 * c + 1];
+        }
+        l = warp_sum(l);
+        if (lane == 0)
+            inv_l = 1.0f / l;
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < dv; d += blockDim.x) {
         float o = 0.0f;
+#pragma unroll 8
         for (int c = 0; c < used; c++)
-            o += expf(ml[2 * c] - mx) * acc[(int64_t)c * dv + d];
-        a.out[((int64_t)t * a.n_head + h) * dv + d] = o * inv;
+            o += smem[c] * acc[(int64_t)c * dv + d];
+        const int64_t i = ((int64_t)t * a.n_head + h) * dv + d;
+        a.out[i] = o * inv_l;
+        if (a.out_q != NULL) /* dv % 32 == 0 and one pass: whole warps */
+            q8_warp_store(o * inv_l, a.out_q + (i - lane), a.out_meta + 4 * ((i - lane) / 32));
     }
 }
 
@@ -224,24 +287,46 @@ extern "C" size_t gk_attention_smem(int group, int head_dim_k)
     return sizeof(float) * (size_t)group * (head_dim_k + 2 * GK_ATTN_CHUNK);
 }
 
-extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step)
+/* Both launches; rope (one token) fuses gk_rope_store into the partials. */
+static int attention_launch(gpuStream_t s, const gk_attn *a, const gk_rope *rope, const gk_step *step)
 {
     if (a->n_tok == 0)
         return 0;
     const int group = a->n_head / a->n_head_kv;
     const size_t smem = gk_attention_smem(group, a->head_dim_k);
-    if (a->head_dim_k % 8 != 0 || a->n_head % a->n_head_kv != 0 || group > GK_ATTN_MAX_GROUP || smem > 48 * 1024)
+    if (a->head_dim_k % 8 != 0 || a->n_head % a->n_head_kv != 0 || group > GK_ATTN_MAX_GROUP || smem > 48 * 1024 ||
+        (a->out_q != NULL && (a->head_dim_v % GPU_WARP != 0 || a->head_dim_v > 1024)))
+        return (int)gpuErrorInvalidValue;
+    if (rope != NULL && (a->n_tok != 1 || a->tok0 != 0 || rope->n_tok != 1 || rope->n_head != a->n_head ||
+                         rope->n_head_kv != a->n_head_kv || rope->head_dim_k != a->head_dim_k ||
+                         rope->head_dim_v != a->head_dim_v || a->head_dim_k > RS_MAX_DIM ||
+                         rope->n_rot > a->head_dim_k || a->k_row != (int64_t)a->n_head_kv * a->head_dim_k ||
+                         a->v_row != (int64_t)a->n_head_kv * a->head_dim_v))
         return (int)gpuErrorInvalidValue;
     gk_attn c = *a;
     c.chunk = at_chunk(a->n_tok, a->n_head_kv, a->max_kv);
+    const gk_rope r = rope != NULL ? *rope : gk_rope{};
     const dim3 grid((unsigned)at_chunks(a->max_kv, c.chunk), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
     int st;
-    if (a->kv_f16)
-        st = gk_launch(k_attn_partial<true>, grid, AT_THREADS, smem, s, c, step);
+    if (rope != NULL)
+        st = a->kv_f16 ? gk_launch(k_attn_partial<true, true>, grid, AT_THREADS, smem, s, c, r, step)
+                       : gk_launch(k_attn_partial<false, true>, grid, AT_THREADS, smem, s, c, r, step);
     else
-        st = gk_launch(k_attn_partial<false>, grid, AT_THREADS, smem, s, c, step);
+        st = a->kv_f16 ? gk_launch(k_attn_partial<true, false>, grid, AT_THREADS, smem, s, c, r, step)
+                       : gk_launch(k_attn_partial<false, false>, grid, AT_THREADS, smem, s, c, r, step);
     if (st != 0)
         return st;
     const int threads = a->head_dim_v < 32 ? 32 : (a->head_dim_v + 31) / 32 * 32;
-    return gk_launch(k_attn_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s, c, step);
+    const size_t smem_c = sizeof(float) * grid.x;
+    return gk_launch(k_attn_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, smem_c, s, c, step);
+}
+
+extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step)
+{
+    return attention_launch(s, a, NULL, step);
+}
+
+extern "C" int gk_attention_rope(gpuStream_t s, const gk_attn *a, const gk_rope *r, const gk_step *step)
+{
+    return attention_launch(s, a, r, step);
 }

@@ -30,7 +30,10 @@ static inline __device__ float warp_max(float v)
  * its first statement waits, with gpu_pdl_wait(), until that kernel has
  * completed and its writes are visible.  Every kernel here starts with the
  * wait, before it reads or writes anything, so stream order still holds;
- * what is saved is the launch gap between kernels of a step. */
+ * what is saved is the launch gap between kernels of a step.  (Signalling
+ * the next launch early, right after the wait, with prefetches of the
+ * weights before it, made decode slower on the H200: docs/PERFORMANCE.md,
+ * "Session 4: decode".) */
 static inline __device__ void gpu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -103,9 +103,17 @@ int gk_quantize_rows_2level(gpuStream_t s, const float *x, int64_t n_rows, int64
 enum { GK_MATVEC_MAX_TOK = 8, GK_MATVEC_MAX_MATS = 3 };
 int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act *x, const gk_rows *rows,
               const gk_out *out);
+/* gk_matvec of a quantised matrix whose blocks quantise their activation
+ * row (x->f; x->q and meta unused) into shared memory themselves, by
+ * gk_quantize_rows' rule: one row per block (routed, or n_tok == 1), no
+ * glu, x->n % 32 == 0 and <= 32768.  Saves the quantize launch. */
+int gk_matvec_staged(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_rows *rows, const gk_out *out);
 /* Dense, n_mats (<= GK_MATVEC_MAX_MATS) matrices of one type and row
- * length over the same n_tok activation rows, in one launch (Q, K, V). */
+ * length over the same n_tok activation rows, in one launch (Q, K, V);
+ * for one token the last matrix may have another type where
+ * gk_matvec_mixed(type, last type) says so. */
 int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x, int n_tok);
+bool gk_matvec_mixed(uint32_t type, uint32_t last);
 
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
@@ -149,6 +157,8 @@ typedef struct gk_attn {
     int chunk;                /* positions per block: set by gk_attention */
     float *scratch;
     float *out;               /* n_tok rows of n_head * head_dim_v */
+    int8_t *out_q;            /* NULL, or out's 8-bit form too (gk_act's q, meta; */
+    int32_t *out_meta;        /* head_dim_v % 32 == 0; gk_attention only) */
 } gk_attn;
 
 size_t gk_attention_scratch(int n_tok, int n_head, int n_head_kv, int head_dim_v, int max_kv);
@@ -198,15 +208,19 @@ int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of
  * experts into routes as gk_moe_topk does (softmax or sigmoid, renorm,
  * scale; no selection bias or expert groups), saving the top-k launch.
  * n_expert <= GK_TAIL_MAX_EXPERTS, n_used <= GK_TAIL_MAX_USED; counter: a
- * device word that is zero between launches (the last block resets it). */
-enum { GK_TAIL_MAX_EXPERTS = 256, GK_TAIL_MAX_USED = 32 };
+ * device word that is zero between launches (the last block resets it).
+ * With norm (one token, x->n % 32 == 0, x->n <= GK_ROUTER_NORM_MAX): x->f
+ * is the raw row; the router dots its RMSNorm (norm's gain and eps,
+ * gk_rmsnorm's formulas) and also writes it to norm's y, q, meta, saving
+ * the RMSNorm launch. */
+enum { GK_TAIL_MAX_EXPERTS = 256, GK_TAIL_MAX_USED = 32, GK_ROUTER_NORM_MAX = 2048 };
 typedef struct gk_tail {
     unsigned int *counter;
     gk_gating gating;
     gk_route *routes;
 } gk_tail;
 int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
-                   const gk_tail *tail);
+                   const gk_tail *tail, const gk_norm_out *norm);
 
 /* --- hybrid.cu: one MoE layer split between the VRAM slab (hits) and the
  * CPU (misses), issue 10.  Pointers marked "mapped" are device addresses of
@@ -280,6 +294,11 @@ typedef struct gk_rope {
 
 /* QK-norm, RoPE at position pos0 + t, then K and V rows into the cache. */
 int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *step);
+/* Decode (one token): gk_rope_store and gk_attention in the attention's
+ * launches, the same bits (attention.cu); r and a describe the same heads
+ * and cache (rows of n_head_kv heads), head_dim_k <= 256.  r's q, k are
+ * read, not rotated in place. */
+int gk_attention_rope(gpuStream_t s, const gk_attn *a, const gk_rope *r, const gk_step *step);
 
 /* h = silu(g) * u over n values. */
 int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t n, float *h);

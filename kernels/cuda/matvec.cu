@@ -13,6 +13,7 @@
  * (float weights) may end with the MoE top-k in its last block (tail.cuh).
  */
 #include "common.cuh"
+#include "row_norm.cuh"
 #include "tail.cuh"
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
@@ -26,7 +27,9 @@ struct mv_job {
     gk_mat up;
     gk_act x;
     gk_rows rows;
-    gk_tail tail; /* counter NULL: none */
+    gk_tail tail;     /* counter NULL: none */
+    gk_norm_out norm; /* k_matvec_f<.., NORM>: x.f is the raw row; its RMSNorm (gain, eps) is
+                         what the block dots, and block 0 writes it to y, q, meta */
 };
 
 struct mv_place {
@@ -83,14 +86,37 @@ static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int
     }
 }
 
-/* NT: the most tokens of a launch (1 for decode and routes, so that the
- * accumulators of unused tokens take no registers). */
-template <int T, bool GLU, int NT>
-__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
+/* Staging (staged launches, one activation row per block): the block
+ * quantises its float row into shared memory itself, by quantize.cu's rule
+ * (q8_warp_store), instead of reading the 8-bit form that a quantize
+ * launch would have written: one launch fewer per step for the expert
+ * down projection.  Shared: n bytes of q, then n / 32 int4 of meta.  Eight
+ * values per thread are loaded before any is quantised, so a row of up to
+ * 8 x 128 values costs one round trip. */
+enum { MV_STAGE_LOADS = 8 };
+
+static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *stage)
 {
-    gpu_pdl_wait();
-    if (mv_skipped(job.rows))
-        return;
+    int8_t *q = (int8_t *)stage;
+    int32_t *meta = (int32_t *)(stage + n / 16);
+    const int64_t step = blockDim.x, first = (threadIdx.x / GPU_WARP) * GPU_WARP;
+    for (int64_t c0 = first; c0 < n; c0 += MV_STAGE_LOADS * step) {
+        float v[MV_STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < MV_STAGE_LOADS; u++)
+            v[u] = c0 + u * step < n ? xf[c0 + u * step + threadIdx.x % GPU_WARP] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < MV_STAGE_LOADS; u++)
+            if (c0 + u * step < n) /* whole warps: n % 32 == 0 */
+                q8_warp_store(v[u], q + c0 + u * step, meta + 4 * ((c0 + u * step) / 32));
+    }
+}
+
+/* A warp's row of a quantised launch.  NT: the most tokens of a launch
+ * (1 for decode and routes, so that the accumulators of unused tokens take
+ * no registers). */
+template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job)
+{
     const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
@@ -143,9 +169,88 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job jo
     mv_store<NT>(out, p, r, acc, acc2, GLU);
 }
 
+template <int T, bool GLU, int NT>
+__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
+{
+    gpu_pdl_wait();
+    if (mv_skipped(job.rows))
+        return;
+    mv_row_q<T, GLU, NT>(job);
+}
+
+/* Dense one-token launches whose last matrix has another type (Q4_K_M's
+ * and Q5_K_M's attn_v is Q6_K where Q and K are not): that matrix's grid
+ * row decodes with its own type, so Q, K and V still take one launch.
+ * Only the pairs below, so the instances stay few. */
+#define MV_MIXED_PAIRS(X) X(GQ_Q4_K, GQ_Q6_K) X(GQ_Q5_K, GQ_Q6_K)
+
+template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q_mixed(const mv_job job)
+{
+    gpu_pdl_wait();
+    if (blockIdx.y == gridDim.y - 1)
+        mv_row_q<TL, false, 1>(job);
+    else
+        mv_row_q<T, false, 1>(job);
+}
+
+/* The staged launch (expert down projections: rows of a few chunks, many
+ * routes): each warp takes MVS_ROWS rows, a lane decoding chunk c of all
+ * of them before their dots, so a lane has MVS_ROWS chunks' loads in
+ * flight and the launch needs a quarter of the blocks (one wave instead
+ * of several).  The same per-chunk terms, in the same order, as
+ * k_matvec_q, so the same bits as quantize + matvec. */
+enum { MVS_ROWS = 4 };
+
+template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_staged(const mv_job job)
+{
+    gpu_pdl_wait();
+    if (mv_skipped(job.rows))
+        return;
+    const gk_mat &w = job.w[0];
+    const gk_out &out = job.out[0];
+    const gk_act &x = job.x;
+    const mv_place p = mv_where(w, w, job.rows, false);
+    extern __shared__ int4 mv_stage[];
+    mv_stage_row(x.f + p.act0 * x.n, x.n, mv_stage);
+    const int8_t *xq = (const int8_t *)mv_stage;
+    const int4 *xm = mv_stage + x.n / 16;
+    __syncthreads();
+    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP) * MVS_ROWS;
+    if (r0 >= w.n_rows)
+        return;
+    const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(w.n_cols / 32);
+    float acc[MVS_ROWS];
+#pragma unroll
+    for (int k = 0; k < MVS_ROWS; k++)
+        acc[k] = 0.0f;
+    for (int c = lane; c < n_chunks; c += GPU_WARP) {
+        gq_chunk ch[MVS_ROWS];
+#pragma unroll
+        for (int k = 0; k < MVS_ROWS; k++) /* rows past the end decode the last again, unused */
+            gq_decode<T>(p.w + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * w.row_bytes, c, &ch[k]);
+        const int4 *aq = (const int4 *)(xq + 32 * c);
+        const int4 a0 = aq[0], a1 = aq[1];
+        const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const int4 m = xm[c];
+        const float d = __int_as_float(m.x);
+#pragma unroll
+        for (int k = 0; k < MVS_ROWS; k++)
+            acc[k] += d * gq_chunk_dot<T>(&ch[k], a, m.y, m.z);
+    }
+#pragma unroll
+    for (int k = 0; k < MVS_ROWS; k++) {
+        const float v = warp_sum(acc[k]) + (out.bias != NULL && r0 + k < w.n_rows ? out.bias[r0 + k] : 0.0f);
+        if (lane != 0 || r0 + k >= w.n_rows)
+            continue;
+        float *dst = out.y + p.out0 * out.y_stride + r0 + k;
+        *dst = out.accumulate ? *dst + v : v;
+    }
+}
+
 /* Float weights: one block per row (the router and small float matrices
  * have few rows, so a warp per row would leave most of the GPU idle). */
 enum { MVF_THREADS = 128 };
+static_assert(GK_ROUTER_NORM_MAX == NR_PER_THREAD * MVF_THREADS, "a normed router row fits the block's registers");
 
 /* Eight consecutive values of a float-format row (i % 8 == 0). */
 template <int T> static inline __device__ void float8(const uint8_t *row, int64_t i, float *w)
@@ -173,7 +278,11 @@ template <int T> static inline __device__ float float_at(const uint8_t *row, int
     return T == GQ_F16 ? gpu_half_bits_to_float(h) : bf16_bits_to_float(h);
 }
 
-template <int T, bool GLU>
+/* NORM (one token, n <= NR_PER_THREAD * MVF_THREADS; the router): every
+ * block norms the raw row itself into shared memory before its dot, and
+ * block 0 also writes the normed row (and its 8-bit form) for the launches
+ * after it, saving the RMSNorm launch.  The norm is rmsnorm_row's. */
+template <int T, bool GLU, bool NORM>
 __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 {
     gpu_pdl_wait();
@@ -185,10 +294,23 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
     const gk_act &x = job.x;
     const gk_rows &rows = job.rows;
     __shared__ float red[2][MVF_THREADS / GPU_WARP][MV_MAX_TOK];
+    __shared__ __align__(16) float xs[NORM ? NR_PER_THREAD * MVF_THREADS : 1];
     const int64_t r = blockIdx.x;
+    const mv_place p = mv_where(w, w2, rows, GLU);
+    if constexpr (NORM) {
+        __shared__ double red_d[MVF_THREADS / GPU_WARP];
+        float v[NR_PER_THREAD], g[NR_PER_THREAD];
+        norm_regs_load(x.f + p.act0 * x.n, x.n, job.norm.gain, v, g);
+        const float scale = norm_regs_scale(v, x.n, job.norm.eps, red_d);
+        norm_regs_apply(v, g, x.n, scale, blockIdx.x == 0 && blockIdx.y == 0 ? &job.norm : NULL, p.act0);
+#pragma unroll
+        for (int k = 0; k < NR_PER_THREAD; k++)
+            if (threadIdx.x + k * MVF_THREADS < x.n)
+                xs[threadIdx.x + k * MVF_THREADS] = v[k];
+        __syncthreads();
+    }
     if (r >= w.n_rows) /* only in multi-matrix launches, which have no tail */
         return;
-    const mv_place p = mv_where(w, w2, rows, GLU);
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
     const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
@@ -205,7 +327,7 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
         for (int t = 0; t < MV_MAX_TOK; t++) {
             if (t >= p.n_tok)
                 break;
-            const float4 *xp = (const float4 *)(x.f + (p.act0 + t) * x.n + i);
+            const float4 *xp = (const float4 *)(NORM ? xs + i : x.f + (p.act0 + t) * x.n + i);
             const float4 x0 = xp[0], x1 = xp[1];
             const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
@@ -254,6 +376,10 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
         gk_topk_rows(job.tail.gating, out.y, out.y_stride, rows.n_tok, job.tail.routes);
 }
 
+/* How a launch reads its activations: the 8-bit form, staged from the
+ * float row (quantised launches), or normed from the raw row (float). */
+enum mv_input { MV_PLAIN, MV_STAGE, MV_NORM };
+
 template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
     if (glu)
@@ -261,17 +387,42 @@ template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const 
     return gk_launch(k_matvec_q<T, false, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
 }
 
-template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
+template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu, mv_input in)
 {
+    if (in == MV_STAGE) {
+        const size_t smem = (size_t)job->x.n + (size_t)job->x.n / 32 * sizeof(int4);
+        const dim3 grid_s((unsigned)((job->w[0].n_rows + MV_WARPS * MVS_ROWS - 1) / (MV_WARPS * MVS_ROWS)), grid.y);
+        return gk_launch(k_matvec_staged<T>, grid_s, MV_WARPS * GPU_WARP, smem, s, *job);
+    }
     const bool one = job->rows.routes != NULL || job->rows.n_tok == 1;
     return one ? launch_q_nt<T, 1>(s, grid, job, glu) : launch_q_nt<T, MV_MAX_TOK>(s, grid, job, glu);
 }
 
-template <int T> static int launch_f(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
+template <int T> static int launch_f(gpuStream_t s, dim3 grid, const mv_job *job, bool glu, mv_input in)
 {
+    if (in == MV_NORM)
+        return gk_launch(k_matvec_f<T, false, true>, grid, MVF_THREADS, 0, s, *job);
     if (glu)
-        return gk_launch(k_matvec_f<T, true>, grid, MVF_THREADS, 0, s, *job);
-    return gk_launch(k_matvec_f<T, false>, grid, MVF_THREADS, 0, s, *job);
+        return gk_launch(k_matvec_f<T, true, false>, grid, MVF_THREADS, 0, s, *job);
+    return gk_launch(k_matvec_f<T, false, false>, grid, MVF_THREADS, 0, s, *job);
+}
+
+extern "C" bool gk_matvec_mixed(uint32_t type, uint32_t last)
+{
+#define MV_MIXED_(A, B) if (type == A && last == B) return true;
+    MV_MIXED_PAIRS(MV_MIXED_)
+#undef MV_MIXED_
+    return false;
+}
+
+static int launch_mixed(gpuStream_t s, dim3 grid, const mv_job *job, uint32_t type, uint32_t last)
+{
+#define MV_MIXED_(A, B)                                                                                          \
+    if (type == A && last == B)                                                                                  \
+        return gk_launch(k_matvec_q_mixed<A, B>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
+    MV_MIXED_PAIRS(MV_MIXED_)
+#undef MV_MIXED_
+    return (int)gpuErrorInvalidValue;
 }
 
 extern "C" bool gk_type_supported(uint32_t type)
@@ -279,7 +430,7 @@ extern "C" bool gk_type_supported(uint32_t type)
     return gk_is_float_type(type) || gk_is_quant_type(type);
 }
 
-static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu)
+static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu, mv_input in)
 {
     const gk_rows *rows = &job->rows;
     const unsigned n_y = rows->routes != NULL ? (unsigned)rows->n_routes : (unsigned)n_mats;
@@ -290,16 +441,25 @@ static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu)
         return 0;
     if (rows->routes == NULL && rows->n_tok > MV_MAX_TOK)
         return (int)gpuErrorInvalidValue;
+    /* staged and normed launches: one activation row per block, whole warps */
+    const bool quant = gk_is_quant_type(job->w[0].type);
+    if (in != MV_PLAIN && (glu || (rows->routes == NULL && rows->n_tok != 1) || job->x.n % 32 != 0 ||
+                           (in == MV_STAGE && (!quant || job->x.n > 32768)) ||
+                           (in == MV_NORM && (quant || job->x.n > GK_ROUTER_NORM_MAX))))
+        return (int)gpuErrorInvalidValue;
     const dim3 grid((unsigned)((max_rows + MV_WARPS - 1) / MV_WARPS), n_y), grid_f((unsigned)max_rows, n_y);
+    const uint32_t last = job->w[n_mats - 1].type;
+    if (last != job->w[0].type) /* gk_matvec_multi checked the mix */
+        return launch_mixed(s, grid, job, job->w[0].type, last);
     switch (job->w[0].type) {
 #define MV_QCASE_(T)                                                                                             \
     case T:                                                                                                      \
-        return launch_q<T>(s, grid, job, glu);
+        return launch_q<T>(s, grid, job, glu, in);
         GQ_FOR_EACH_QUANT(MV_QCASE_)
 #undef MV_QCASE_
 #define MV_FCASE_(T)                                                                                             \
     case T:                                                                                                      \
-        return launch_f<T>(s, grid_f, job, glu);
+        return launch_f<T>(s, grid_f, job, glu, in);
         GK_FOR_EACH_FLOAT(MV_FCASE_)
 #undef MV_FCASE_
     default:
@@ -316,7 +476,19 @@ extern "C" int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, c
     job.up = w2_glu != NULL ? *w2_glu : *w;
     job.x = *x;
     job.rows = *rows;
-    return mv_launch(s, &job, 1, w2_glu != NULL);
+    return mv_launch(s, &job, 1, w2_glu != NULL, MV_PLAIN);
+}
+
+extern "C" int gk_matvec_staged(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_rows *rows,
+                                const gk_out *out)
+{
+    mv_job job = {};
+    job.w[0] = *w;
+    job.out[0] = *out;
+    job.up = *w;
+    job.x = *x;
+    job.rows = *rows;
+    return mv_launch(s, &job, 1, false, MV_STAGE);
 }
 
 extern "C" int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
@@ -325,8 +497,11 @@ extern "C" int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_o
     if (n_mats < 1 || n_mats > GK_MATVEC_MAX_MATS)
         return (int)gpuErrorInvalidValue;
     mv_job job = {};
+    const uint32_t last = w[n_mats - 1]->type;
+    if (last != w[0]->type && (n_tok != 1 || !gk_matvec_mixed(w[0]->type, last)))
+        return (int)gpuErrorInvalidValue;
     for (int m = 0; m < n_mats; m++) {
-        if (w[m]->type != w[0]->type || w[m]->n_cols != w[0]->n_cols)
+        if ((m < n_mats - 1 && w[m]->type != w[0]->type) || w[m]->n_cols != w[0]->n_cols)
             return (int)gpuErrorInvalidValue;
         job.w[m] = *w[m];
         job.out[m] = out[m];
@@ -334,11 +509,11 @@ extern "C" int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_o
     job.up = *w[0];
     job.x = *x;
     job.rows.n_tok = n_tok;
-    return mv_launch(s, &job, n_mats, false);
+    return mv_launch(s, &job, n_mats, false, MV_PLAIN);
 }
 
 extern "C" int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
-                              const gk_tail *tail)
+                              const gk_tail *tail, const gk_norm_out *norm)
 {
     if (tail->counter == NULL || n_tok < 1 || !gk_is_float_type(w->type) ||
         tail->gating.n_expert != w->n_rows || tail->gating.n_expert > GK_TAIL_MAX_EXPERTS ||
@@ -351,5 +526,7 @@ extern "C" int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, i
     job.x = *x;
     job.rows.n_tok = n_tok;
     job.tail = *tail;
-    return mv_launch(s, &job, 1, false);
+    if (norm != NULL)
+        job.norm = *norm;
+    return mv_launch(s, &job, 1, false, norm != NULL ? MV_NORM : MV_PLAIN);
 }

@@ -137,7 +137,11 @@ extern "C" int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes,
 }
 
 /* One block per token: sub = sum_k w_k y_k in rank order, x += sub; with
- * a norm, then the next layer's input from the new row. */
+ * a norm, then the next layer's input from the new row.  Rows that fit
+ * (n % 32 == 0, n <= NR_PER_THREAD * GK_NORM_THREADS) stay in registers:
+ * every thread's loads of a route are issued together and the norm needs
+ * no second pass over x (the combine is latency-bound: one block, a few
+ * round trips to memory). */
 __global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route *routes, const int32_t *slot_of,
                                                                  const float *y, int n_used, int64_t n, float *x,
                                                                  gk_norm_out norm)
@@ -154,6 +158,36 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route 
     }
     __syncthreads();
     float *xr = x + (int64_t)t * n;
+    if (rmsnorm_row_fits(n)) {
+        float v[NR_PER_THREAD], g[NR_PER_THREAD], sub[NR_PER_THREAD];
+        norm_regs_load(xr, n, norm.gain, v, g);
+#pragma unroll
+        for (int k = 0; k < NR_PER_THREAD; k++)
+            sub[k] = 0.0f;
+#pragma unroll 4
+        for (int r = 0; r < n_used; r++) {
+            const float wr = w[r];
+            const float *yr = y + row[r];
+#pragma unroll
+            for (int k = 0; k < NR_PER_THREAD; k++) {
+                const int64_t d = threadIdx.x + (int64_t)k * GK_NORM_THREADS;
+                if (d < n)
+                    sub[k] += wr * yr[d];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < NR_PER_THREAD; k++) {
+            const int64_t d = threadIdx.x + (int64_t)k * GK_NORM_THREADS;
+            v[k] += sub[k];
+            if (d < n)
+                xr[d] = v[k];
+        }
+        if (norm.y == NULL)
+            return;
+        const float scale = norm_regs_scale(v, n, norm.eps, red);
+        norm_regs_apply(v, g, n, scale, &norm, t);
+        return;
+    }
     double sumsq = 0.0;
     for (int64_t d = threadIdx.x; d < n; d += GK_NORM_THREADS) {
         float sub = 0.0f;

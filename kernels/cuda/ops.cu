@@ -6,7 +6,7 @@
  * the K/V cache store, SwiGLU and residual adds.
  */
 #include "common.cuh"
-#include "rope.cuh"
+#include "qk_rope.cuh"
 #include "row_norm.cuh"
 
 /* One thread per 32-value chunk of an embedding row. */
@@ -76,9 +76,8 @@ extern "C" int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, floa
 }
 
 /* One warp per head of one token: blockIdx.x < n_head are Q heads, then
- * n_head_kv K heads, then n_head_kv V heads (copied to the cache). */
-enum { RS_MAX_DIM = 256 };
-
+ * n_head_kv K heads, then n_head_kv V heads (copied to the cache); the
+ * norm and rotation are qk_rope.cuh's. */
 __global__ void k_rope_store(gk_rope r, const gk_step *step)
 {
     gpu_pdl_wait();
@@ -90,55 +89,17 @@ __global__ void k_rope_store(gk_rope r, const gk_step *step)
     if (head >= r.n_head + r.n_head_kv) { /* V head: to the cache as it is */
         const int hh = head - r.n_head - r.n_head_kv;
         const float *src = r.v + ((int64_t)t * r.n_head_kv + hh) * dv;
-        const int64_t dst = (int64_t)pos * r.n_head_kv * dv + (int64_t)hh * dv;
-        for (int i = lane; i < dv; i += GPU_WARP) {
-            if (r.kv_f16)
-                ((half *)r.v_cache)[dst + i] = __float2half_rn(src[i]);
-            else
-                ((float *)r.v_cache)[dst + i] = src[i];
-        }
+        qr_store_row(r.v_cache, (int64_t)pos * r.n_head_kv * dv + (int64_t)hh * dv, src, dv, r.kv_f16);
         return;
     }
     const bool is_q = head < r.n_head;
     const int hh = is_q ? head : head - r.n_head;
     float *x = is_q ? r.q + ((int64_t)t * r.n_head + hh) * dk : r.k + ((int64_t)t * r.n_head_kv + hh) * dk;
-    const float *gain = is_q ? r.q_norm : r.k_norm;
-    for (int i = lane; i < dk; i += GPU_WARP)
-        hv[i] = x[i];
-    __syncwarp();
-    if (gain != NULL) {
-        double sum = 0.0;
-        for (int i = lane; i < dk; i += GPU_WARP)
-            sum += (double)hv[i] * hv[i];
-        for (int m = GPU_WARP / 2; m > 0; m /= 2)
-            sum += gpu_shfl_xor(sum, m);
-        const float scale = 1.0f / sqrtf((float)(sum / (double)dk) + r.eps);
-        for (int i = lane; i < dk; i += GPU_WARP)
-            hv[i] = hv[i] * scale * gain[i];
-        __syncwarp();
-    }
-    const int half_rot = r.n_rot / 2;
-    for (int i = lane; i < half_rot; i += GPU_WARP) {
-        float c, sn;
-        int ia, ib;
-        rope_cos_sin(r, pos, i, &c, &sn);
-        rope_pair(r.neox, r.n_rot, i, &ia, &ib);
-        const float x0 = hv[ia], x1 = hv[ib];
-        hv[ia] = x0 * c - x1 * sn;
-        hv[ib] = x0 * sn + x1 * c;
-    }
-    __syncwarp();
+    qk_head_warp(r, qr_angles_at(r, pos), hv, x, is_q ? r.q_norm : r.k_norm);
     for (int i = lane; i < dk; i += GPU_WARP)
         x[i] = hv[i];
-    if (is_q)
-        return;
-    const int64_t dst = (int64_t)pos * r.n_head_kv * dk + (int64_t)hh * dk;
-    for (int i = lane; i < dk; i += GPU_WARP) {
-        if (r.kv_f16)
-            ((half *)r.k_cache)[dst + i] = __float2half_rn(hv[i]);
-        else
-            ((float *)r.k_cache)[dst + i] = hv[i];
-    }
+    if (!is_q)
+        qr_store_row(r.k_cache, (int64_t)pos * r.n_head_kv * dk + (int64_t)hh * dk, hv, dk, r.kv_f16);
 }
 
 extern "C" int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *step)

@@ -36,6 +36,13 @@ hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, con
 hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
                                      float *y);
 
+/* Three matrices (Q, K, V; the first two of one type, the last of type
+ * last, as gk_matvec_mixed allows) over one activation row x (n_cols) in
+ * one gk_matvec_multi launch: y (the three outputs one after the other),
+ * which should equal, bit for bit, gpu_check_linear of each. */
+hydra_status gpu_check_matvec_mixed(uint32_t type, uint32_t last, const void *const w[3], const int64_t n_rows[3],
+                                    int64_t n_cols, const float *x, float *y);
+
 /* One decode token's QK-norm, RoPE, cache store and attention both ways:
  * gk_rope_store then gk_attention (ref), and gk_attention_rope writing
  * the output's 8-bit form too (fused).  q: n_head heads, k: n_head_kv

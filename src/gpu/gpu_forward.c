@@ -131,8 +131,10 @@ static bool glu_pair(const gk_mat *gate, const gk_mat *up)
 
 /* --- attention */
 
-/* Q, K and V of the normed rows: one launch in decode when the three
- * matrices share a type, else one each. */
+/* Q, K and V of the normed rows.  In decode, one launch for each run of
+ * consecutive matrices of one type and row length (all three in one; two
+ * where Q4_K_M's attn_v is Q6_K and Q, K are not, except for one token,
+ * which takes the kernels' mixed launch); in prefill, one each. */
 static hydra_status project_qkv(gpu_session *g, int l, int n)
 {
     const gpu_weights *gw = &g->gw;
@@ -140,20 +142,24 @@ static hydra_status project_qkv(gpu_session *g, int l, int n)
     static const arch_role bias[3] = {W_ATTN_Q_BIAS, W_ATTN_K_BIAS, W_ATTN_V_BIAS};
     float *y[3] = {g->q, g->k, g->v};
     gk_out out[3];
-    bool same = n <= GK_MATVEC_MAX_TOK;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         out[i] = (gk_out){.y = y[i], .y_stride = w[i]->n_rows, .bias = gw_vec(gw_at(gw, l, bias[i]))};
-        same = same && w[i]->type == w[0]->type && w[i]->n_cols == w[0]->n_cols;
-    }
-    if (!same) {
+    if (n > GK_MATVEC_MAX_TOK) {
         for (int i = 0; i < 3; i++)
             TRY_ST(linear(g, w[i], &g->xn, 0, n, y[i], w[i]->n_rows, out[i].bias, false, OP_QKV));
         return HYDRA_OK;
     }
-    if (reads_8bit(w[0]))
-        TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
-    TRY(gk_matvec_multi(g->stream, w, out, 3, &xa, n), "Q/K/V");
+    const bool mixed = n == 1 && w[1]->type == w[0]->type && gk_matvec_mixed(w[0]->type, w[2]->type) &&
+                       w[1]->n_cols == w[0]->n_cols && w[2]->n_cols == w[0]->n_cols;
+    for (int i = 0, run; i < 3; i += run) {
+        for (run = 1; i + run < 3 && w[i + run]->type == w[i]->type && w[i + run]->n_cols == w[i]->n_cols; run++)
+            ;
+        run = mixed ? 3 : run;
+        if (reads_8bit(w[i]))
+            TRY_ST(act_quantize(g, &g->xn));
+        TRY(gk_matvec_multi(g->stream, w + i, out + i, run, &xa, n), "Q/K/V");
+    }
     gpu_prof_mark(g, OP_QKV);
     return HYDRA_OK;
 }
@@ -182,8 +188,18 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
                        .freq_scale = hp->rope.freq_scale, .attn_factor = hp->rope.attn_factor,
                        .ext_factor = hp->rope.ext_factor, .corr_low = hp->rope.corr_low,
                        .corr_high = hp->rope.corr_high, .k_cache = k_cache, .v_cache = v_cache, .kv_f16 = g->o.kv_type == QT_F16, .n_tok = n};
-    TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
-    gpu_prof_mark(g, OP_ROPE);
+    /* Plain attention (no sinks or windows, which take gpu_attn_launch's
+     * extended kernel): in decode the partials do the rope themselves (no
+     * rope launch), and the combine also writes the output's 8-bit form
+     * for the output projection (no quantize launch). */
+    const bool plain = gw_at(gw, l, W_ATTN_SINKS)->data == NULL && g->w->layer[l].window == 0;
+    const bool att_q8 = plain && n <= GK_MATVEC_MAX_TOK && hp->head_dim_v % 32 == 0 &&
+                        reads_8bit(gw_at(gw, l, W_ATTN_OUT));
+    const bool rope_in_attention = plain && n == 1;
+    if (!rope_in_attention) {
+        TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
+        gpu_prof_mark(g, OP_ROPE);
+    }
 
     /* Token groups whose partials fit the attention scratch (sized at
      * creation): halved until they fit, so the same step always cuts the
@@ -197,11 +213,16 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
                            .k_row = g->k_row, .v_row = g->v_row, .n_head = (int)hp->n_head,
                            .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
                            .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale, .n_tok = n_g, .tok0 = t0,
-                           .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f + t0 * datt};
-        TRY(gpu_attn_launch(g, l, &a), "attention"); /* sinks, windows: gpu_arch.c */
+                           .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f + t0 * datt,
+                           .out_q = att_q8 ? g->att.q + t0 * datt : NULL,
+                           .out_meta = att_q8 ? g->att.meta + t0 * (datt / 32) * 4 : NULL};
+        TRY(rope_in_attention ? gk_attention_rope(g->stream, &a, &r, g->d_step)
+                              : gpu_attn_launch(g, l, &a), /* sinks, windows: gpu_arch.c */
+            "attention");
     }
     gpu_prof_mark(g, OP_ATTN);
     act_bind(&g->att, datt, n);
+    g->att.q_ready = att_q8;
     return linear(g, gw_at(gw, l, W_ATTN_OUT), &g->att, 0, n, g->x, hp->n_embd, gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)),
                   true, OP_ATTN_OUT);
 }
@@ -259,12 +280,16 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
     }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
-    if (reads_8bit(down))
+    /* the down launch quantises its hidden row itself where it can */
+    const bool staged = reads_8bit(down) && ff % 32 == 0 && ff <= 32768;
+    if (reads_8bit(down) && !staged)
         TRY_ST(act_quantize(g, &g->h));
     const gk_act ha = act_view(&g->h, 0);
     const gk_rows by_route = {.routes = routes, .n_routes = n_routes, .act_by_token = false};
     const gk_out oy = {.y = g->y, .y_stride = embd};
-    TRY(gk_matvec(g->stream, down, NULL, &ha, &by_route, &oy), "experts down");
+    TRY(staged ? gk_matvec_staged(g->stream, down, &ha, &by_route, &oy)
+               : gk_matvec(g->stream, down, NULL, &ha, &by_route, &oy),
+        "experts down");
     TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
     gpu_prof_mark(g, OP_EXP_DOWN);
     return HYDRA_OK;
@@ -321,39 +346,63 @@ hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *ne
     return HYDRA_OK;
 }
 
-/* Router logits, then each token's experts.  In decode, with a float
- * router and plain gating (softmax or sigmoid over all experts, no
- * selection bias, no groups), the router launch's last block selects them
- * (tail.cuh), saving the top-k launch; other cases take gpu_route_select. */
-static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating)
+/* Whether layer l's routing takes gk_router_topk: decode, a float router
+ * and plain gating (softmax or sigmoid over all experts, no selection
+ * bias, no groups). */
+static bool router_fused(const gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const arch_hparams *hp = &g->w->hp;
+    const bool plain = (hp->gating == GATING_SOFTMAX || hp->gating == GATING_SIGMOID) && hp->n_expert_group <= 1 &&
+                       gw_at(gw, l, W_MOE_PROBS_BIAS)->data == NULL;
+    return n <= GK_MATVEC_MAX_TOK && plain && !reads_8bit(gw_at(gw, l, W_MOE_ROUTER)) &&
+           hp->n_expert <= GK_TAIL_MAX_EXPERTS && hp->n_expert_used <= GK_TAIL_MAX_USED;
+}
+
+/* ... and, for one token of a row it can hold, also norms the FFN input
+ * (gk_router_topk's norm), saving the RMSNorm launch. */
+static bool router_norms(const gpu_session *g, int l, int n)
+{
+    const int64_t embd = g->w->hp.n_embd;
+    return n == 1 && g->w->layer[l].moe && router_fused(g, l, n) && embd % 32 == 0 && embd <= GK_ROUTER_NORM_MAX;
+}
+
+/* Router logits, then each token's experts.  With router_fused the
+ * router launch's last block selects them (tail.cuh), saving the top-k
+ * launch; other cases take gpu_route_select.  norm (router_norms): the
+ * FFN norm's gain; the launch norms x into xn itself. */
+static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating, const gk_mat *norm)
 {
     const gpu_weights *gw = &g->gw;
     const arch_hparams *hp = &g->w->hp;
     const gk_mat *router = gw_at(gw, l, W_MOE_ROUTER);
     const float *bias = gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS));
-    const bool plain = (hp->gating == GATING_SOFTMAX || hp->gating == GATING_SIGMOID) && hp->n_expert_group <= 1 &&
-                       gw_at(gw, l, W_MOE_PROBS_BIAS)->data == NULL;
-    if (n > GK_MATVEC_MAX_TOK || !plain || reads_8bit(router) || gating->n_expert > GK_TAIL_MAX_EXPERTS ||
-        gating->n_used > GK_TAIL_MAX_USED) {
+    if (!router_fused(g, l, n)) {
         TRY_ST(linear(g, router, &g->xn, 0, n, g->router, gating->n_expert, bias, false, OP_ROUTER));
         TRY_ST(gpu_route_select(g, l, gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
         gpu_prof_mark(g, OP_TOPK);
         return HYDRA_OK;
     }
-    const gk_act xa = act_view(&g->xn, 0);
+    const gk_act xa = norm != NULL ? (gk_act){.f = g->x, .n = hp->n_embd} : act_view(&g->xn, 0);
     const gk_out out = {.y = g->router, .y_stride = gating->n_expert, .bias = bias};
     const gk_tail tail = {.counter = g->counter, .gating = *gating, .routes = g->routes};
-    TRY(gk_router_topk(g->stream, router, &xa, n, &out, &tail), "router + top-k");
+    const gk_norm_out no = {.gain = norm != NULL ? gw_vec(norm) : NULL, .eps = hp->norm_eps, .y = g->xn.f,
+                            .q = g->xn.q, .meta = g->xn.meta};
+    TRY(gk_router_topk(g->stream, router, &xa, n, &out, &tail, norm != NULL ? &no : NULL), "router + top-k");
+    if (norm != NULL) {
+        act_bind(&g->xn, hp->n_embd, n);
+        g->xn.q_ready = true;
+    }
     gpu_prof_mark(g, OP_ROUTER);
     return HYDRA_OK;
 }
 
-static hydra_status moe(gpu_session *g, int l, int n)
+static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int64_t embd = g->w->hp.n_embd;
-    TRY_ST(route(g, l, n, &gating));
+    TRY_ST(route(g, l, n, &gating, norm));
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
@@ -386,9 +435,11 @@ static hydra_status moe(gpu_session *g, int l, int n)
 static hydra_status feed_forward(gpu_session *g, int l, int n)
 {
     const gpu_weights *gw = &g->gw;
+    if (router_norms(g, l, n))
+        return moe(g, l, n, gw_at(gw, l, W_FFN_NORM));
     TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, W_FFN_NORM), n, &g->xn));
     if (g->w->layer[l].moe)
-        return moe(g, l, n);
+        return moe(g, l, n, NULL);
     return ffn_dense(g, gw_at(gw, l, W_FFN_GATE), gw_at(gw, l, W_FFN_UP), gw_at(gw, l, W_FFN_DOWN), n, g->x, true);
 }
 

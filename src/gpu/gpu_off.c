@@ -229,3 +229,10 @@ hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float 
     (void)c, (void)q, (void)k, (void)v, (void)out_ref, (void)out_fused, (void)out_q, (void)out_d, (void)same_cache;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
+
+hydra_status gpu_check_matvec_mixed(uint32_t type, uint32_t last, const void *const w[3], const int64_t n_rows[3],
+                                    int64_t n_cols, const float *x, float *y)
+{
+    (void)type, (void)last, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
