@@ -8,7 +8,8 @@
  *   - vec_dot_ref on raw random blocks (every index, sign and scale pattern)
  *     equals the double dot of the dequantised rows;
  *   - the dispatched matvec over odd row counts and unaligned odd strides,
- *     one block and many, equals vec_dot_ref row by row;
+ *     one block and many, equals vec_dot_ref row by row; matmul over odd
+ *     row and token counts equals vec_dot bit for bit and vec_dot_ref;
  *   - the quantisers stay within llama-quantize's error on the shared source
  *     (its figures in ../shared/ref/dequant/README.md, made with an
  *     importance matrix) and keep all-zero super-blocks exactly zero;
@@ -199,6 +200,65 @@ TEST(iq_matvec_on_odd_row_counts_matches_reference)
             }
         }
     }
+    pool_destroy(pool);
+}
+
+/* matmul (the multi-token kernels: 8 tokens per call, then the remainder)
+ * over odd row and token counts at odd, unaligned strides: every output is
+ * bit for bit the dispatched vec_dot of its row and token (batch and token
+ * by token agree) and within the tolerance of vec_dot_ref. */
+static bool matmul_case(test_ctx *t_, thread_pool *pool, uint32_t type, int64_t blocks, int64_t rows, int64_t toks,
+                        uint64_t *rng)
+{
+    const quant_traits *q = quant_traits_of(type);
+    const int64_t n = blocks * QK_K;
+    const size_t stride = (size_t)(blocks * q->type_size) + 3, a_stride = matmul_act_bytes(type, n) + 4;
+    const size_t y_stride = (size_t)rows + 2;
+    uint8_t *w = malloc(stride * (size_t)rows), *a = malloc(a_stride * (size_t)toks);
+    float *y = malloc(y_stride * (size_t)toks * sizeof *y);
+    for (int64_t r = 0; r < rows; r++)
+        fill_raw(type, w + (size_t)r * stride, blocks, rng);
+    for (int64_t t = 0; t < toks; t++) {
+        uint8_t *one = make_act(n, rng);
+        memcpy(a + (size_t)t * a_stride, one, matmul_act_bytes(type, n));
+        free(one);
+    }
+    matmul(pool, type, w, stride, rows, n, a, a_stride, toks, y, y_stride);
+    bool ok = true;
+    for (int64_t t = 0; t < toks && ok; t++)
+        for (int64_t r = 0; r < rows && ok; r++) {
+            const uint8_t *wr = w + (size_t)r * stride, *at = a + (size_t)t * a_stride;
+            float got = y[(size_t)t * y_stride + (size_t)r], one = NAN, want = NAN;
+            double mag;
+            q->vec_dot(n, &one, wr, at);
+            q->vec_dot_ref(n, &want, wr, at);
+            exact_dot(type, wr, at, n, &mag);
+            ok = memcmp(&got, &one, sizeof got) == 0 && fabs((double)got - want) <= 2e-6 * mag + 1e-30;
+            if (!ok)
+                test_failf(t_, __FILE__, __LINE__,
+                           "%s matmul, %lld rows of %lld blocks, %lld tokens, y[%lld][%lld]: %.9g, vec_dot %.9g, "
+                           "reference %.9g",
+                           q->name, (long long)rows, (long long)blocks, (long long)toks, (long long)t, (long long)r,
+                           got, one, want);
+        }
+    free(w);
+    free(a);
+    free(y);
+    return ok;
+}
+
+TEST(iq_matmul_on_odd_rows_and_tokens_matches_vec_dot_and_reference)
+{
+    static const int64_t rows_list[] = {1, 7}, blocks[] = {1, 3}, toks_list[] = {1, 3, 8, 11};
+    thread_pool *pool = NULL;
+    CHECK_OK(pool_create(&pool, 2));
+    uint64_t rng = 0x13198a2e03707344ull;
+    bool ok = true;
+    for (int t = 0; t < N_IQ && ok; t++)
+        for (size_t b = 0; b < sizeof blocks / sizeof blocks[0] && ok; b++)
+            for (size_t rr = 0; rr < sizeof rows_list / sizeof rows_list[0] && ok; rr++)
+                for (size_t k = 0; k < sizeof toks_list / sizeof toks_list[0] && ok; k++)
+                    ok = matmul_case(t_, pool, iq_types[t], blocks[b], rows_list[rr], toks_list[k], &rng);
     pool_destroy(pool);
 }
 
