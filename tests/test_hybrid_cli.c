@@ -103,3 +103,37 @@ TEST(hybrid_cli_stats_after_a_split_run)
     tool_run_free(&r);
     CHECK(ok);
 }
+
+/* -ngl below the layer count is llama.cpp's partial offload, which hydra
+ * refuses with the layer count and the flag that does the job instead. */
+TEST(cli_gpu_layers_below_the_layer_count_is_refused_naming_hybrid)
+{
+    REQUIRE_SHARED();
+    char path[512], args[1200];
+    tool_run r;
+    snprintf(args, sizeof args, "-ngl 1 -n 2 --prompt-tokens 1,2 -m %s", model_path(path, sizeof path));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
+    const bool ok = r.status == 1 && contains(r.err, "-ngl 1: the model has") && contains(r.err, "--hybrid cuda");
+    if (!ok)
+        printf("status %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
+    tool_run_free(&r);
+    CHECK(ok);
+}
+
+/* -ngl 99 asks for the whole model in VRAM: without a CUDA device that is
+ * an error saying so, not a silent CPU run. */
+TEST(cli_gpu_layers_without_a_device_says_so)
+{
+    REQUIRE_SHARED();
+    if (hydra_cuda_available())
+        SKIP("a CUDA device is present: -ngl 99 would run");
+    char path[512], args[1200];
+    tool_run r;
+    snprintf(args, sizeof args, "-ngl 99 -n 2 --prompt-tokens 1,2 -m %s", model_path(path, sizeof path));
+    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
+    const bool ok = r.status == 1 && contains(r.err, "CUDA");
+    if (!ok)
+        printf("status %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
+    tool_run_free(&r);
+    CHECK(ok);
+}

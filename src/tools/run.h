@@ -51,6 +51,7 @@ typedef struct run_opts {
     int split_mode;                /* -sm: a hydra_split_mode (docs/MULTIGPU.md) */
     float tensor_split[HYDRA_MAX_DEVICES]; /* -ts */
     int main_gpu;                  /* --main-gpu */
+    int n_gpu_layers;              /* -ngl: 0 the CPU; the model's layer count or more: all on CUDA */
     bool stats;                    /* --stats: the hybrid split's counters after the run */
     bool info, verbose, tokenize, print_ids, verbose_prompt, ignore_eos, special, no_display_prompt, help;
 } run_opts;
@@ -73,6 +74,7 @@ void run_print_info(const hydra_model *m, const char *path, bool verbose);
  * placement plan of --info --vram-budget (RUN_OK or RUN_ERROR, said); the
  * counters of --stats. */
 void run_hybrid_params(const run_opts *o, hydra_session_params *sp);
+int run_check_gpu_layers(const run_opts *o, const hydra_model *m);
 int run_print_plan(const run_opts *o, const hydra_model *m);
 void run_print_hybrid_stats(const hydra_session *s, FILE *fp);
 

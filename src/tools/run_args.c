@@ -286,6 +286,9 @@ static const flag flags[] = {
     {"-ts --tensor-split", "A,B,..", parse_ratios, 0, 0, 0, 0, "each GPU's share of the split (default: free memory)"},
     {"-mg --main-gpu", "I", parse_int, AT(main_gpu), 0, HYDRA_MAX_DEVICES - 1, 0,
      "the GPU of -sm none; with a split, the one holding the output head (default 0)"},
+    {"-ngl --gpu-layers --n-gpu-layers", "N", parse_int, AT(n_gpu_layers), 0, INT_MAX, 0,
+     "0 (default): run on the CPU; the model's layer count or more (e.g. 99): the whole model in VRAM (CUDA); "
+     "a model larger than the GPU runs with --hybrid cuda instead"},
     {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
      "print the generated token ids (one line) instead of text; implies --ignore-eos"},
     {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},

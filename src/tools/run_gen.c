@@ -100,6 +100,8 @@ int gen_open(gen_ctx *g, const run_opts *o, const hydra_model *m, size_t n_batch
     if (n_batch > sp.n_batch)
         sp.n_batch = (uint32_t)n_batch;
     run_hybrid_params(o, &sp);
+    if (run_check_gpu_layers(o, m) != RUN_OK)
+        return RUN_ERROR;
     hydra_status st = hydra_session_create(&g->session, m, &sp);
     if (st != HYDRA_OK) {
         run_error("cannot run the model (%s): %s", hydra_strerror(st), hydra_last_error());

@@ -38,8 +38,27 @@ void run_hybrid_params(const run_opts *o, hydra_session_params *sp)
     sp->split_mode = (hydra_split_mode)o->split_mode;
     memcpy(sp->tensor_split, o->tensor_split, sizeof sp->tensor_split);
     sp->main_gpu = o->main_gpu;
-    if (o->split_mode != HYDRA_SPLIT_NONE || o->main_gpu != 0)
+    if (o->split_mode != HYDRA_SPLIT_NONE || o->main_gpu != 0 || o->n_gpu_layers > 0)
         sp->backend = HYDRA_BACKEND_CUDA;
+}
+
+/* -ngl between 0 and the layer count would be llama.cpp's partial layer
+ * offload, which hydra does not do: its answer to a model larger than the
+ * GPU is the hot-expert slab (--hybrid cuda), which keeps every layer's
+ * attention on the GPU.  Refused with that pointer rather than silently
+ * rounded either way. */
+int run_check_gpu_layers(const run_opts *o, const hydra_model *m)
+{
+    char key[96];
+    uint64_t n_layer = 0;
+    snprintf(key, sizeof key, "%s.block_count", hydra_model_arch(m));
+    if (o->n_gpu_layers <= 0 || hydra_model_get_u64(m, key, &n_layer) != HYDRA_OK ||
+        (uint64_t)o->n_gpu_layers >= n_layer)
+        return RUN_OK;
+    run_error("-ngl %d: the model has %" PRIu64 " layers; hydra puts all of them on the GPU (-ngl %" PRIu64
+              " or more) or none; for a model larger than the GPU use --hybrid cuda (hot experts in VRAM)",
+              o->n_gpu_layers, n_layer, n_layer);
+    return RUN_ERROR;
 }
 
 /* The budget to plan: --vram-budget, else on a CUDA device its free memory
