@@ -42,6 +42,13 @@ struct hydra_session {
     bool have_logits;
     float *hidden; /* n_batch x n_embd: the last step's final hidden rows (session_keep_hidden); NULL: not kept */
     int64_t hidden_pos0, hidden_n; /* their positions */
+    /* A batched step's per-sequence descriptors and logits rows when this
+     * session leads the batch: grown to the largest batch seen, kept, so a
+     * server's steady state allocates nothing per step. */
+    fwd_seq *batch_seqs;
+    size_t batch_seqs_cap;
+    float *batch_logits;
+    size_t batch_logits_cap; /* floats */
 };
 
 HYDRA_API hydra_session_params hydra_session_default_params(void)
@@ -134,6 +141,8 @@ HYDRA_API void hydra_session_free(hydra_session *s)
     weights_free(&s->w);
     free(s->logits);
     free(s->hidden);
+    free(s->batch_seqs);
+    free(s->batch_logits);
     free(s);
 }
 
@@ -356,6 +365,19 @@ static hydra_status check_batch(hydra_session *const *ss, const int32_t *const *
     return HYDRA_OK;
 }
 
+/* Makes *buf hold at least n items of size bytes, keeping a larger one. */
+static bool grow_buffer(void **buf, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return true;
+    void *p = realloc(*buf, n * size);
+    if (p == NULL)
+        return false;
+    *buf = p;
+    *cap = n;
+    return true;
+}
+
 HYDRA_API hydra_status hydra_session_eval_batch(hydra_session *const *ss, const int32_t *const *tokens,
                                                 const size_t *n_tokens, size_t n)
 {
@@ -373,13 +395,11 @@ HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *ss,
     size_t n_out = 0; /* logits rows the pass computes: every row of a session that asks, else its last */
     for (size_t i = 0; i < n; i++)
         n_out += rows != NULL && rows[i] != NULL ? n_tokens[i] : 1;
-    fwd_seq *seqs = malloc(sizeof *seqs * n);
-    float *logits = malloc(sizeof(float) * n_vocab * n_out);
-    if (seqs == NULL || logits == NULL) {
-        free(seqs);
-        free(logits);
-        return hydra_fail(HYDRA_ERR_NOMEM, "a batch of %zu sessions", n);
-    }
+    if (!grow_buffer((void **)&first->batch_seqs, &first->batch_seqs_cap, n, sizeof(fwd_seq)) ||
+        !grow_buffer((void **)&first->batch_logits, &first->batch_logits_cap, (size_t)n_vocab * n_out, sizeof(float)))
+        return hydra_fail(HYDRA_ERR_NOMEM, "a batch of %zu sessions, %zu logits rows", n, n_out);
+    fwd_seq *seqs = first->batch_seqs;
+    float *logits = first->batch_logits;
     for (size_t i = 0; i < n; i++)
         seqs[i] = (fwd_seq){.kv = &ss[i]->kv, .tokens = tokens[i], .pos0 = ss[i]->n_past, .n = (int64_t)n_tokens[i],
                             .all_rows = rows != NULL && rows[i] != NULL};
@@ -396,8 +416,6 @@ HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *ss,
         ss[i]->n_past += (int64_t)n_tokens[i];
         ss[i]->have_logits = true;
     }
-    free(seqs);
-    free(logits);
     return HYDRA_OK;
 }
 
