@@ -129,7 +129,6 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, gk_rope 
 #pragma unroll
         for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
             acc[h] = 0.0f;
-#pragma unroll 2
         for (int i = 8 * part; live && i < dk; i += 8 * tpp) {
             float kv[8];
             kv_load8<F16>(a.k, krow + i, kv);
@@ -232,48 +231,34 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, gk_rope 
 }
 
 /* One block per (head, token): out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
- * The first warp turns the chunks' maxima into their factors (shared
- * memory, one per chunk), so the threads' sums over the chunks are
- * independent loads; with out_q the block also writes the 8-bit form of
- * its row (one warp per 32 values), saving the output projection's
- * quantize launch. */
+ * With out_q the block also writes the 8-bit form of its row (one warp
+ * per 32 values), saving the output projection's quantize launch. */
 __global__ void k_attn_combine(gk_attn a, const gk_step *step)
 {
     gpu_pdl_wait();
-    extern __shared__ float smem[]; /* n_chunks factors */
-    __shared__ float inv_l;
-    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x % GPU_WARP;
+    const int h = blockIdx.x, t = blockIdx.y;
     const int n_kv = step->pos0 + a.tok0 + t + 1;
     const int n_chunks = at_chunks(a.max_kv, a.chunk), used = at_chunks(n_kv, a.chunk);
     const int dv = a.head_dim_v;
     const int64_t base = ((int64_t)t * a.n_head + h) * n_chunks;
     const float *ml = a.scratch + 2 * base;
     const float *acc = a.scratch + 2 * (int64_t)a.n_tok * a.n_head * n_chunks + base * dv;
-    if (threadIdx.x < GPU_WARP) {
-        float mx = -INFINITY;
-        for (int c = lane; c < used; c += GPU_WARP)
-            mx = fmaxf(mx, ml[2 * c]);
-        mx = warp_max(mx);
-        float l = 0.0f;
-        for (int c = lane; c < used; c += GPU_WARP) {
-            const float f = expf(ml[2 * c] - mx);
-            smem[c] = f;
-            l += f * ml[2 * c + 1];
-        }
-        l = warp_sum(l);
-        if (lane == 0)
-            inv_l = 1.0f / l;
-    }
-    __syncthreads();
+    float mx = -INFINITY;
+    for (int c = 0; c < used; c++)
+        mx = fmaxf(mx, ml[2 * c]);
+    float l = 0.0f;
+    for (int c = 0; c < used; c++)
+        l += expf(ml[2 * c] - mx) * ml[2 * c + 1];
+    const float inv = 1.0f / l;
     for (int d = threadIdx.x; d < dv; d += blockDim.x) {
         float o = 0.0f;
-#pragma unroll 8
         for (int c = 0; c < used; c++)
-            o += smem[c] * acc[(int64_t)c * dv + d];
+            o += expf(ml[2 * c] - mx) * acc[(int64_t)c * dv + d];
         const int64_t i = ((int64_t)t * a.n_head + h) * dv + d;
-        a.out[i] = o * inv_l;
+        a.out[i] = o * inv;
         if (a.out_q != NULL) /* dv % 32 == 0 and one pass: whole warps */
-            q8_warp_store(o * inv_l, a.out_q + (i - lane), a.out_meta + 4 * ((i - lane) / 32));
+            q8_warp_store(o * inv, a.out_q + (i - threadIdx.x % GPU_WARP),
+                          a.out_meta + 4 * ((i - threadIdx.x % GPU_WARP) / 32));
     }
 }
 
@@ -317,8 +302,7 @@ static int attention_launch(gpuStream_t s, const gk_attn *a, const gk_rope *rope
     if (st != 0)
         return st;
     const int threads = a->head_dim_v < 32 ? 32 : (a->head_dim_v + 31) / 32 * 32;
-    const size_t smem_c = sizeof(float) * grid.x;
-    return gk_launch(k_attn_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, smem_c, s, c, step);
+    return gk_launch(k_attn_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s, c, step);
 }
 
 extern "C" int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step)
