@@ -68,7 +68,8 @@ static hydra_status slots_from_budget(setup *su, const model_weights *w, const h
                                       int64_t n_ctx, int64_t n_batch, uint32_t kv_type)
 {
     const placement_input in = {.w = w, .budget = p->vram_budget, .n_ctx = n_ctx, .n_batch = n_batch,
-                                .kv_type = kv_type, .rank = su->have_rank ? &su->rank : NULL};
+                                .kv_type = kv_type, .rank = su->have_rank ? &su->rank : NULL,
+                                .stage_prefill = p->hybrid == HYDRA_HYBRID_CUDA};
     placement_plan plan;
     hydra_status st = placement_make(&plan, &in);
     if (st != HYDRA_OK)

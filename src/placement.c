@@ -199,6 +199,24 @@ static hydra_status too_small(const placement_plan *p, uint64_t fixed)
                       (double)fixed / (1u << 20));
 }
 
+/* Prefill streams a MoE layer's expert stacks into one of two device
+ * buffers while the other is computed (src/gpu/gpu_hybrid.c), so the
+ * area is twice the largest layer's experts (an upper bound: biases are
+ * counted too).  Needed only when some expert is not resident; when it
+ * does not fit, prefill reads the misses over the bus instead. */
+static uint64_t stage_reserve(const placement_plan *p, const placement_input *in, uint64_t avail)
+{
+    uint64_t all = 0, widest = 0;
+    for (uint32_t l = 0; l < p->n_layer; l++) {
+        const uint64_t layer = (uint64_t)p->layer[l].n_expert * p->layer[l].expert_bytes;
+        all += layer;
+        widest = layer > widest ? layer : widest;
+    }
+    if (!in->stage_prefill || avail >= all || 2 * widest > avail)
+        return 0;
+    return 2 * widest;
+}
+
 hydra_status placement_make(placement_plan *p, const placement_input *in)
 {
     memset(p, 0, sizeof *p);
@@ -219,7 +237,8 @@ hydra_status placement_make(placement_plan *p, const placement_input *in)
     if (p->layer == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "placement of %u layers", p->n_layer);
     layers_init(w, p);
-    const uint64_t avail = p->budget - fixed;
+    p->stage_bytes = stage_reserve(p, in, p->budget - fixed);
+    const uint64_t avail = p->budget - fixed - p->stage_bytes;
     if (in->rank != NULL) {
         st = place_by_profile(p, in->rank, avail, &p->slab_bytes);
         if (st != HYDRA_OK) {
@@ -301,6 +320,7 @@ size_t placement_describe(const placement_plan *p, char *buf, size_t cap)
     put_part(&t, "shared experts", p->shared_bytes);
     put_part(&t, "KV cache", p->kv_bytes);
     put_part(&t, "scratch", p->scratch_bytes);
+    put_part(&t, "prefill staging", p->stage_bytes);
     put_part(&t, "expert slab", p->slab_bytes);
     put_part(&t, "unused", p->unused_bytes);
     put(&t, "  slab: %d of %d routed experts (%.1f%%), all experts %" PRIu64 " bytes\n", (int)p->n_slots_total,

@@ -5,6 +5,8 @@
  *
  *   fixed   non-expert weights (embeddings, attention, norms, routers,
  *           dense FFNs, output), shared experts, KV cache, scratch
+ *   stage   with stage_prefill and misses possible, prefill's double
+ *           buffer of one MoE layer's experts (docs/HYBRID.md, "Prefill")
  *   slab    what is left, in whole experts: one expert of one layer is
  *           its gate, up and down matrices in their own quant types (a
  *           slab slot, hybrid_expert_bytes) plus its biases
@@ -35,6 +37,7 @@ typedef struct placement_input {
     uint32_t kv_type;        /* QT_F16 or QT_F32 */
     uint64_t scratch_bytes;  /* working buffers; 0: placement_scratch_estimate */
     const expert_rank *rank; /* selection counts (a profile or pin file); NULL: none */
+    bool stage_prefill;      /* CUDA: reserve prefill's staging area when the slab cannot hold every expert */
 } placement_input;
 
 typedef struct placement_layer {
@@ -49,6 +52,7 @@ typedef struct placement_plan {
     uint64_t nonexpert_bytes; /* every bound tensor but the routed and shared experts */
     uint64_t shared_bytes;    /* shared experts (and their gate) */
     uint64_t kv_bytes, scratch_bytes;
+    uint64_t stage_bytes;     /* prefill's two staging buffers of one MoE layer's experts; 0: none */
     uint64_t slab_bytes;      /* sum of n_slots x expert_bytes */
     uint64_t unused_bytes;    /* budget minus all of the above */
     uint64_t expert_bytes;    /* every routed expert of the model (the slab at 100%) */

@@ -147,7 +147,7 @@ static bool plan_consistent(const placement_plan *p)
         if (L->n_slots > L->n_expert || (L->moe && L->n_slots < L->n_expert && L->expert_bytes <= p->unused_bytes))
             return false;
     }
-    return fixed_part(p) + p->slab_bytes + p->unused_bytes == p->budget && slab == p->slab_bytes &&
+    return fixed_part(p) + p->stage_bytes + p->slab_bytes + p->unused_bytes == p->budget && slab == p->slab_bytes &&
            slots == p->n_slots_total;
 }
 
@@ -261,4 +261,37 @@ TEST(placement_session_split_follows_the_vram_budget)
     CHECK(same);
     CHECK(hs.n_slots > 0 && hs.n_slots < hs.n_experts);
     CHECK_EQ_INT(too_small, HYDRA_ERR_RANGE);
+}
+
+/* With stage_prefill, a budget that cannot hold every expert keeps room for
+ * prefill's two staging buffers of the largest layer's experts; one that
+ * holds them all, or has no room for the buffers, reserves nothing. */
+TEST(placement_reserves_prefill_staging_only_when_experts_miss)
+{
+    REQUIRE_SHARED();
+    fixture f;
+    CHECK_OK(fixture_open(&f, "gptoss-tiny-mxfp4")); /* 4 MoE layers: two fit beside the slab */
+    placement_input in = input(&f, UINT64_MAX / 2, NULL);
+    in.stage_prefill = true;
+    placement_plan p;
+    CHECK_OK(placement_make(&p, &in));
+    const uint64_t fixed = fixed_part(&p), all = p.slab_bytes;
+    CHECK_EQ_U64(p.stage_bytes, 0);
+    uint64_t widest = 0;
+    for (uint32_t l = 0; l < p.n_layer; l++) {
+        const uint64_t b = (uint64_t)p.layer[l].n_expert * p.layer[l].expert_bytes;
+        widest = b > widest ? b : widest;
+    }
+    placement_free(&p);
+    in.budget = fixed + all / 4 * 3;
+    CHECK_OK(placement_make(&p, &in));
+    CHECK_EQ_U64(p.stage_bytes, 2 * widest);
+    CHECK(plan_consistent(&p));
+    placement_free(&p);
+    in.budget = fixed + widest;
+    CHECK_OK(placement_make(&p, &in));
+    CHECK_EQ_U64(p.stage_bytes, 0);
+    CHECK(plan_consistent(&p));
+    placement_free(&p);
+    fixture_close(&f);
 }

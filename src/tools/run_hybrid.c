@@ -108,7 +108,7 @@ int run_print_plan(const run_opts *o, const hydra_model *m)
         const placement_input in = {.w = &w, .budget = budget, .n_ctx = n_ctx ? n_ctx : w.hp.n_ctx_train,
                                     .n_batch = hydra_session_default_params().n_batch,
                                     .kv_type = o->kv_type == HYDRA_KV_F32 ? QT_F32 : QT_F16,
-                                    .rank = o->pin_file ? &rank : NULL};
+                                    .rank = o->pin_file ? &rank : NULL, .stage_prefill = true};
         st = placement_make(&plan, &in);
     }
     if (st == HYDRA_OK) {
