@@ -28,6 +28,8 @@ static int open_draft(gen_ctx *g)
     sp.n_ctx = hydra_session_n_ctx(g->session);
     sp.n_threads = g->o->n_threads;
     sp.kv_type = g->o->kv_type;
+    if (g->o->n_gpu_layers > 0) /* -ngl: the draft joins the target in VRAM (llama.cpp's -ngld) */
+        sp.backend = HYDRA_BACKEND_CUDA;
     st = hydra_session_create(&g->draft, g->draft_model, &sp);
     if (st != HYDRA_OK) {
         run_error("the draft model's session: %s", hydra_last_error());
@@ -47,11 +49,12 @@ int gen_spec_open(gen_ctx *g)
     }
     if (g->o->model_draft != NULL && open_draft(g) != RUN_OK)
         return RUN_ERROR;
-    /* hydra-run's sessions run on the CPU, which captures no graphs: a
-     * padded verify row there is only extra compute, so the width follows
-     * the drafts (docs/SPECULATIVE.md, "Verify width") */
+    /* On the CPU, which captures no graphs, a padded verify row is only
+     * extra compute, so the width follows the drafts; on CUDA (-ngl) one
+     * constant width keeps one captured graph per width in use
+     * (docs/SPECULATIVE.md, "Verify width") */
     hydra_spec_params pp = g->o->spec;
-    pp.fixed_width = false;
+    pp.fixed_width = g->o->n_gpu_layers > 0;
     hydra_status st = hydra_spec_new(g->session, g->draft, &g->sampling, &pp, &g->spec);
     g->spec_out = malloc(sizeof *g->spec_out * ((size_t)g->o->spec.n_draft_max + 1));
     if (st != HYDRA_OK || g->spec_out == NULL) {
