@@ -23,6 +23,26 @@ static const char *model_path(char *buf, size_t len)
     return buf;
 }
 
+/* Runs hydra-run with flags and the shared model; true when it exits 1
+ * and stderr names every part (NULL ends the list early); prints what it
+ * said otherwise. */
+static bool refused_saying(const char *flags, const char *part1, const char *part2, const char *part3)
+{
+    char path[512], args[1200];
+    tool_run r;
+    snprintf(args, sizeof args, "%s -m %s", flags, model_path(path, sizeof path));
+    if (!util_run_tool(NULL, "hydra-run", args, NULL, &r))
+        return false;
+    const char *parts[3] = {part1, part2, part3};
+    bool ok = r.status == 1;
+    for (int i = 0; i < 3 && parts[i] != NULL; i++)
+        ok = ok && contains(r.err, parts[i]);
+    if (!ok)
+        printf("hydra-run %s: status %d\n%s%s", flags, r.status, r.out ? r.out : "", r.err ? r.err : "");
+    tool_run_free(&r);
+    return ok;
+}
+
 TEST(hybrid_cli_info_prints_the_placement_plan)
 {
     REQUIRE_SHARED();
@@ -62,16 +82,8 @@ TEST(hybrid_cli_info_with_a_profile_prints_the_expected_hit_rate)
 TEST(hybrid_cli_info_budget_too_small_names_the_numbers)
 {
     REQUIRE_SHARED();
-    char path[512], args[1200];
-    tool_run r;
-    snprintf(args, sizeof args, "--info -c 256 --vram-budget 0.001 -m %s", model_path(path, sizeof path));
-    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
-    const bool ok = r.status == 1 && contains(r.err, "cannot hold the non-expert part") &&
-                    contains(r.err, "weights 646002") && contains(r.err, "KV cache 262144");
-    if (!ok)
-        printf("%s", r.err ? r.err : "");
-    tool_run_free(&r);
-    CHECK(ok);
+    CHECK(refused_saying("--info -c 256 --vram-budget 0.001", "cannot hold the non-expert part", "weights 646002",
+                         "KV cache 262144"));
 }
 
 TEST(hybrid_cli_info_hybrid_without_a_budget_or_device_asks_for_one)
@@ -79,13 +91,7 @@ TEST(hybrid_cli_info_hybrid_without_a_budget_or_device_asks_for_one)
     REQUIRE_SHARED();
     if (hydra_cuda_available())
         SKIP("a CUDA device sizes the plan by its free memory");
-    char path[512], args[1200];
-    tool_run r;
-    snprintf(args, sizeof args, "--info --hybrid cpu -m %s", model_path(path, sizeof path));
-    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
-    const bool ok = r.status == 1 && contains(r.err, "--vram-budget");
-    tool_run_free(&r);
-    CHECK(ok);
+    CHECK(refused_saying("--info --hybrid cpu", "--vram-budget", NULL, NULL));
 }
 
 TEST(hybrid_cli_stats_after_a_split_run)
@@ -109,15 +115,7 @@ TEST(hybrid_cli_stats_after_a_split_run)
 TEST(cli_gpu_layers_below_the_layer_count_is_refused_naming_hybrid)
 {
     REQUIRE_SHARED();
-    char path[512], args[1200];
-    tool_run r;
-    snprintf(args, sizeof args, "-ngl 1 -n 2 --prompt-tokens 1,2 -m %s", model_path(path, sizeof path));
-    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
-    const bool ok = r.status == 1 && contains(r.err, "-ngl 1: the model has") && contains(r.err, "--hybrid cuda");
-    if (!ok)
-        printf("status %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
-    tool_run_free(&r);
-    CHECK(ok);
+    CHECK(refused_saying("-ngl 1 -n 2 --prompt-tokens 1,2", "-ngl 1: the model has", "--hybrid cuda", NULL));
 }
 
 /* -ngl 99 asks for the whole model in VRAM: without a CUDA device that is
@@ -127,13 +125,5 @@ TEST(cli_gpu_layers_without_a_device_says_so)
     REQUIRE_SHARED();
     if (hydra_cuda_available())
         SKIP("a CUDA device is present: -ngl 99 would run");
-    char path[512], args[1200];
-    tool_run r;
-    snprintf(args, sizeof args, "-ngl 99 -n 2 --prompt-tokens 1,2 -m %s", model_path(path, sizeof path));
-    CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
-    const bool ok = r.status == 1 && contains(r.err, "CUDA");
-    if (!ok)
-        printf("status %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
-    tool_run_free(&r);
-    CHECK(ok);
+    CHECK(refused_saying("-ngl 99 -n 2 --prompt-tokens 1,2", "CUDA", NULL, NULL));
 }
