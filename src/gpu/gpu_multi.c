@@ -308,6 +308,18 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
         out->exposed_ns += c.exposed_ns;
         out->layer_steps += c.layer_steps;
         out->register_ms += c.register_ms;
+        /* every part stages its own layers in the same steps: the steps
+         * once, the bytes and stale references summed, the crossover and
+         * the rates of the part that streams slowest */
+        out->staged_steps = max_u64(out->staged_steps, c.staged_steps);
+        out->stage_bytes += c.stage_bytes;
+        out->stale_stage_refs += c.stale_stage_refs;
+        out->stream_min_tokens = c.stream_min_tokens > out->stream_min_tokens ? c.stream_min_tokens
+                                                                              : out->stream_min_tokens;
+        if (i == 0 || c.stage_gbps < out->stage_gbps)
+            out->stage_gbps = c.stage_gbps;
+        out->cpu_expert_us = c.cpu_expert_us > out->cpu_expert_us ? c.cpu_expert_us : out->cpu_expert_us;
+        out->cpu_route_us = c.cpu_route_us > out->cpu_route_us ? c.cpu_route_us : out->cpu_route_us;
     }
 }
 
