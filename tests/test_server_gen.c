@@ -16,20 +16,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#define START(s, model, args)                                                 \
-    do {                                                                      \
-        if (!ts_start(&(s), (model), (args)))                                 \
-            FAIL("hydra-serve did not start: %s", ts_log(&(s)));              \
-    } while (0)
-
-#define SCHECK(s, cond)                                                       \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            ts_stop(&(s));                                                    \
-            FAIL("CHECK(%s) failed; server log: %s", #cond, ts_log(&(s)));    \
-        }                                                                     \
-    } while (0)
-
 /* What a non-streaming response said. */
 typedef struct reply {
     int status;
@@ -79,20 +65,20 @@ TEST(server_completion_shapes_length_and_usage)
 {
     test_server s;
     reply a;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":7,\"temperature\":0,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
-    SCHECK(s, strcmp(a.finish, "length") == 0 && a.completion_tokens == 7 && a.prompt_tokens > 10);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, strcmp(a.finish, "length") == 0 && a.completion_tokens == 7 && a.prompt_tokens > 10);
     /* chat: message.role, the same accounting */
-    SCHECK(s, post(s.port, "/v1/chat/completions",
+    TS_CHECK(s, post(s.port, "/v1/chat/completions",
                    "{\"model\":\"anything\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}]}],"
                    "\"max_completion_tokens\":5,\"ignore_eos\":true}",
                    &a) &&
                   a.status == 200 && strcmp(a.finish, "length") == 0 && a.completion_tokens == 5);
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
                          "{\"model\":\"anything\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}",
                          &r) &&
                   r.status == 200 && strstr(r.body, "\"object\":\"chat.completion\"") &&
@@ -121,14 +107,14 @@ TEST(server_streams_match_the_whole_response)
     test_server s;
     reply a;
     ts_stream st;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about the river\"}],"
                        "\"max_tokens\":24,\"temperature\":0%s}";
     char body[512];
     snprintf(body, sizeof body, chat, "");
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &a) && a.status == 200);
     snprintf(body, sizeof body, chat, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
-    SCHECK(s, stream(s.port, "/v1/chat/completions", body, &st));
+    TS_CHECK(s, stream(s.port, "/v1/chat/completions", body, &st));
     const bool ok = st.well_formed && st.done && st.role_first && strcmp(st.text, a.text) == 0 &&
                     strcmp(st.finish, a.finish) == 0 && st.usage_choices_empty &&
                     number_at(st.usage, "completion_tokens", NULL) == a.completion_tokens &&
@@ -136,13 +122,13 @@ TEST(server_streams_match_the_whole_response)
     if (!ok)
         printf("stream: %s / text '%s' vs '%s'\n", st.error, st.text, a.text);
     ts_stream_free(&st);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     /* completions stream, no usage asked: no usage chunk */
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":6,\"stream\":true,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, stream(s.port, "/v1/completions", body, &st));
+    TS_CHECK(s, stream(s.port, "/v1/completions", body, &st));
     const bool ok2 = st.well_formed && st.done && st.usage == NULL && strcmp(st.finish, "length") == 0;
     ts_stream_free(&st);
-    SCHECK(s, ok2);
+    TS_CHECK(s, ok2);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -150,10 +136,10 @@ TEST(server_stop_strings_cut_the_text)
 {
     test_server s;
     reply a, b;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200 && strlen(a.text) >= 12);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200 && strlen(a.text) >= 12);
     /* a stop string from the middle of the greedy text: printable ASCII only, so it survives JSON as is */
     const size_t len = strlen(a.text);
     size_t at = len / 2;
@@ -168,18 +154,18 @@ TEST(server_stop_strings_cut_the_text)
     snprintf(body, sizeof body,
              "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"stop\":[\"zzz-none\",\"%s\"]}",
              PROMPT, stop);
-    SCHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200);
-    SCHECK(s, strcmp(b.finish, "stop") == 0 && strlen(b.text) == (size_t)(first - a.text) &&
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200);
+    TS_CHECK(s, strcmp(b.finish, "stop") == 0 && strlen(b.text) == (size_t)(first - a.text) &&
                   strncmp(b.text, a.text, strlen(b.text)) == 0);
     /* the same through a stream */
     ts_stream st;
     snprintf(body, sizeof body,
              "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"stop\":\"%s\"}",
              PROMPT, stop);
-    SCHECK(s, stream(s.port, "/v1/completions", body, &st));
+    TS_CHECK(s, stream(s.port, "/v1/completions", body, &st));
     const bool ok = st.done && strcmp(st.text, b.text) == 0 && strcmp(st.finish, "stop") == 0;
     ts_stream_free(&st);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -187,21 +173,21 @@ TEST(server_seed_reproduces_sampling)
 {
     test_server s;
     reply a, b, c;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     char body[1024];
     snprintf(body, sizeof body,
              "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":1.0,\"top_k\":0,\"top_p\":1,\"min_p\":0,"
              "\"seed\":%d,\"ignore_eos\":true}",
              PROMPT, 1234);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
-    SCHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200);
-    SCHECK(s, strcmp(a.text, b.text) == 0 && b.cached_tokens > 0); /* the second from the cache */
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200);
+    TS_CHECK(s, strcmp(a.text, b.text) == 0 && b.cached_tokens > 0); /* the second from the cache */
     snprintf(body, sizeof body,
              "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":1.0,\"top_k\":0,\"top_p\":1,\"min_p\":0,"
              "\"seed\":%d,\"ignore_eos\":true}",
              PROMPT, 99);
-    SCHECK(s, post(s.port, "/v1/completions", body, &c) && c.status == 200);
-    SCHECK(s, strcmp(a.text, c.text) != 0); /* 24 draws from ~500 tokens at temperature 1 */
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &c) && c.status == 200);
+    TS_CHECK(s, strcmp(a.text, c.text) != 0); /* 24 draws from ~500 tokens at temperature 1 */
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -222,25 +208,25 @@ TEST(server_prompt_cache_gives_identical_greedy_output)
 {
     test_server s;
     reply first, again, longer, cold;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     char body[2048];
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":20,\"temperature\":0,"
              "\"ignore_eos\":true}",
              PROMPT);
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &first) && first.status == 200 && first.cached_tokens == 0);
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &again) && again.status == 200);
-    SCHECK(s, again.cached_tokens == again.prompt_tokens - 1 && strcmp(again.text, first.text) == 0);
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &first) && first.status == 200 && first.cached_tokens == 0);
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &again) && again.status == 200);
+    TS_CHECK(s, again.cached_tokens == again.prompt_tokens - 1 && strcmp(again.text, first.text) == 0);
     /* a follow-up turn shares the first turn's tokens */
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"},{\"role\":\"assistant\",\"content\":\"ok\"},"
              "{\"role\":\"user\",\"content\":\"and then?\"}],\"max_tokens\":20,\"temperature\":0,\"ignore_eos\":true}",
              PROMPT);
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &longer) && longer.status == 200);
-    SCHECK(s, longer.cached_tokens >= first.prompt_tokens - 4);
-    SCHECK(s, erase_all(s.port, 4));
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &cold) && cold.status == 200 && cold.cached_tokens == 0);
-    SCHECK(s, strcmp(cold.text, longer.text) == 0);
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &longer) && longer.status == 200);
+    TS_CHECK(s, longer.cached_tokens >= first.prompt_tokens - 4);
+    TS_CHECK(s, erase_all(s.port, 4));
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &cold) && cold.status == 200 && cold.cached_tokens == 0);
+    TS_CHECK(s, strcmp(cold.text, longer.text) == 0);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -255,46 +241,46 @@ TEST(server_slot_save_and_restore)
     test_server s;
     reply a, b;
     ts_resp r;
-    START(s, NULL, args);
+    TS_START(s, NULL, args);
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=save", NULL, "{\"filename\":\"one.slot\"}", &r) &&
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=save", NULL, "{\"filename\":\"one.slot\"}", &r) &&
                   r.status == 200 && strstr(r.body, "\"n_saved\":"));
     cJSON *j = ts_json(&r);
     const int n_saved = number_at(j, "n_saved", NULL);
     cJSON_Delete(j);
     ts_resp_free(&r);
-    SCHECK(s, n_saved == a.prompt_tokens + 3); /* the prompt and all but the last generated token */
-    SCHECK(s, erase_all(s.port, 1));
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"one.slot\"}", &r) &&
+    TS_CHECK(s, n_saved == a.prompt_tokens + 3); /* the prompt and all but the last generated token */
+    TS_CHECK(s, erase_all(s.port, 1));
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"one.slot\"}", &r) &&
                   r.status == 200);
     j = ts_json(&r);
     const int n_restored = number_at(j, "n_restored", NULL);
     cJSON_Delete(j);
     ts_resp_free(&r);
-    SCHECK(s, n_restored == n_saved);
-    SCHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&
+    TS_CHECK(s, n_restored == n_saved);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&
                   strcmp(a.text, b.text) == 0);
     /* hostile names and files */
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=save", NULL, "{\"filename\":\"../evil\"}", &r) &&
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=save", NULL, "{\"filename\":\"../evil\"}", &r) &&
                   ts_is_error(&r, 400, "invalid_request_error", "filename"));
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"absent.slot\"}", &r) &&
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"absent.slot\"}", &r) &&
                   r.status == 404);
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "POST", "/slots/7?action=save", NULL, "{\"filename\":\"x\"}", &r) && r.status == 400);
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/7?action=save", NULL, "{\"filename\":\"x\"}", &r) && r.status == 400);
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=fly", NULL, "{}", &r) && r.status == 400);
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=fly", NULL, "{}", &r) && r.status == 400);
     ts_resp_free(&r);
     snprintf(file, sizeof file, "%s/one.slot", dir);
     size_t size;
     uint8_t *bytes = util_read_file(file, &size);
-    SCHECK(s, bytes != NULL && size > 40);
+    TS_CHECK(s, bytes != NULL && size > 40);
     bytes[34] ^= 1; /* a token's byte: the checksum no longer holds */
     util_write_file(file, bytes, size);
     free(bytes);
-    SCHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"one.slot\"}", &r) &&
+    TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"one.slot\"}", &r) &&
                   ts_is_error(&r, 400, "invalid_request_error", "checksum"));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
@@ -325,10 +311,10 @@ TEST(server_slot_restore_reads_the_kv_cache)
     CHECK(system(mk) == 0);
     test_server s;
     reply a, b;
-    START(s, NULL, args);
+    TS_START(s, NULL, args);
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
     /* the request ran in one of the two slots: save both, keep the full one */
     cJSON *saved[2] = {slot_action(s.port, 0, "save", "s0.slot"), slot_action(s.port, 1, "save", "s1.slot")};
     const int n0 = number_at(saved[0], "n_saved", NULL), n1 = number_at(saved[1], "n_saved", NULL);
@@ -336,13 +322,13 @@ TEST(server_slot_restore_reads_the_kv_cache)
     const int n_written = number_at(saved[full], "n_written", NULL);
     cJSON_Delete(saved[0]);
     cJSON_Delete(saved[1]);
-    SCHECK(s, n_saved == a.prompt_tokens + 5 && n_written > 40 + 4 * n_saved + 1000); /* tokens and their K/V rows */
-    SCHECK(s, erase_all(s.port, 2));
+    TS_CHECK(s, n_saved == a.prompt_tokens + 5 && n_written > 40 + 4 * n_saved + 1000); /* tokens and their K/V rows */
+    TS_CHECK(s, erase_all(s.port, 2));
     cJSON *restored = slot_action(s.port, 1 - full, "restore", full == 0 ? "s0.slot" : "s1.slot");
     const int n_restored = number_at(restored, "n_restored", NULL), n_evaluated = number_at(restored, "n_evaluated", NULL);
     cJSON_Delete(restored);
-    SCHECK(s, n_restored == n_saved && n_evaluated == 0);
-    SCHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&
+    TS_CHECK(s, n_restored == n_saved && n_evaluated == 0);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&
                   strcmp(a.text, b.text) == 0);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -353,9 +339,9 @@ TEST(server_slot_restore_reads_the_kv_cache)
 TEST(server_chat_with_tools_and_no_call_is_a_plain_message)
 {
     test_server s;
-    START(s, NULL, "");
+    TS_START(s, NULL, "");
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":6,"
                          "\"ignore_eos\":true,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
                          "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}",
@@ -370,8 +356,8 @@ TEST(server_chat_with_tools_and_no_call_is_a_plain_message)
                        cJSON_GetObjectItemCaseSensitive(msg, "tool_calls") == NULL && cJSON_IsString(finish) &&
                        strcmp(finish->valuestring, "length") == 0;
     cJSON_Delete(j);
-    SCHECK(s, plain);
-    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+    TS_CHECK(s, plain);
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[],\"tool_choice\":3}", &r) &&
                   ts_is_error(&r, 400, "invalid_request_error", "tool_choice"));
     ts_resp_free(&r);
@@ -383,12 +369,12 @@ TEST(server_metrics_count_tokens_and_latency)
     test_server s;
     reply a;
     ts_resp r;
-    START(s, NULL, "--metrics");
+    TS_START(s, NULL, "--metrics");
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":5,\"ignore_eos\":true}", PROMPT);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
-    SCHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200 && a.cached_tokens > 0);
-    SCHECK(s, ts_request(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200 && a.cached_tokens > 0);
+    TS_CHECK(s, ts_request(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
     char line[128];
     snprintf(line, sizeof line, "hydra:tokens_generated_total 10\n");
     const bool ok = strstr(r.body, line) && strstr(r.body, "hydra:prompt_cache_hits_total 1\n") &&
@@ -401,7 +387,7 @@ TEST(server_metrics_count_tokens_and_latency)
     if (!ok)
         printf("%s\n", r.body);
     ts_resp_free(&r);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -430,16 +416,16 @@ TEST(server_chat_without_template_needs_chat_template_flag)
     CHECK(model != NULL);
     test_server s;
     reply a;
-    START(s, model, "");
+    TS_START(s, model, "");
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}";
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL, body, &r) &&
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL, body, &r) &&
                   ts_is_error(&r, 400, "invalid_request_error", "--chat-template"));
     ts_resp_free(&r);
-    SCHECK(s, post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", &a) && a.status == 200);
+    TS_CHECK(s, post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", &a) && a.status == 200);
     CHECK_EQ_INT(ts_stop(&s), 0);
-    START(s, model, "--chat-template chatml");
-    SCHECK(s, post(s.port, "/v1/chat/completions", body, &a) && a.status == 200);
+    TS_START(s, model, "--chat-template chatml");
+    TS_CHECK(s, post(s.port, "/v1/chat/completions", body, &a) && a.status == 200);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -511,26 +497,26 @@ TEST(server_disconnects_cancel_and_free_the_slot)
 {
     test_server s;
     ts_conn a, b;
-    START(s, NULL, "-np 1 -b 16 -c 32768 --metrics --max-queue 1");
+    TS_START(s, NULL, "-np 1 -b 16 -c 32768 --metrics --max-queue 1");
     /* mid-stream: the stream has begun; the client leaves */
-    SCHECK(s, start_long(&a, s.port, "river"));
+    TS_CHECK(s, start_long(&a, s.port, "river"));
     char buf[256];
-    SCHECK(s, recv(a.fd, buf, sizeof buf, 0) > 0); /* a data chunk */
+    TS_CHECK(s, recv(a.fd, buf, sizeof buf, 0) > 0); /* a data chunk */
     ts_close(&a);
-    SCHECK(s, cancelled_reaches(s.port, 1));
-    SCHECK(s, served_quickly(s.port, 2000));
+    TS_CHECK(s, cancelled_reaches(s.port, 1));
+    TS_CHECK(s, served_quickly(s.port, 2000));
     /* mid-prefill: a long prompt read 16 tokens a step; the client leaves at once */
     char *prompt = malloc(60000);
     prompt[0] = '\0';
     for (int i = 0; i < 2000; i++)
         strcat(prompt, "mill river ");
-    SCHECK(s, start_long(&a, s.port, prompt));
+    TS_CHECK(s, start_long(&a, s.port, prompt));
     ts_close(&a);
-    SCHECK(s, cancelled_reaches(s.port, 2));
-    SCHECK(s, served_quickly(s.port, 2000));
+    TS_CHECK(s, cancelled_reaches(s.port, 2));
+    TS_CHECK(s, served_quickly(s.port, 2000));
     /* queued: one runs, one waits and leaves, one more finds the queue full */
-    SCHECK(s, start_long(&a, s.port, "river"));
-    SCHECK(s, ts_open(&b, s.port, 20000) &&
+    TS_CHECK(s, start_long(&a, s.port, "river"));
+    TS_CHECK(s, ts_open(&b, s.port, 20000) &&
                   ts_send_request(&b, "POST", "/v1/completions", NULL, "{\"prompt\":\"mill\",\"max_tokens\":2}"));
     bool waiting = false;
     for (int i = 0; i < 500 && !waiting; i++) {
@@ -538,17 +524,17 @@ TEST(server_disconnects_cancel_and_free_the_slot)
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    SCHECK(s, waiting);
+    TS_CHECK(s, waiting);
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
                   ts_is_error(&r, 503, "unavailable_error", "queue") && ts_header(&r, "Retry-After") != NULL);
     ts_resp_free(&r);
     ts_close(&b);
-    SCHECK(s, cancelled_reaches(s.port, 3));
-    SCHECK(s, metric(s.port, "hydra:requests_waiting ") == 0);
+    TS_CHECK(s, cancelled_reaches(s.port, 3));
+    TS_CHECK(s, metric(s.port, "hydra:requests_waiting ") == 0);
     ts_close(&a);
-    SCHECK(s, cancelled_reaches(s.port, 4));
-    SCHECK(s, served_quickly(s.port, 2000));
+    TS_CHECK(s, cancelled_reaches(s.port, 4));
+    TS_CHECK(s, served_quickly(s.port, 2000));
     free(prompt);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -557,7 +543,7 @@ TEST(server_drops_a_reader_that_stalls)
 {
     test_server s;
     ts_conn a;
-    START(s, NULL, "-np 1 -c 65536 --metrics --timeout 1");
+    TS_START(s, NULL, "-np 1 -c 65536 --metrics --timeout 1");
     /* a stream whose client never reads: once the socket buffers are full
      * nothing is taken for --timeout, and the server drops it */
     const int small = 4096;
@@ -566,8 +552,8 @@ TEST(server_drops_a_reader_that_stalls)
     setsockopt(a.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    SCHECK(s, connect(a.fd, (struct sockaddr *)&addr, sizeof addr) == 0);
-    SCHECK(s, ts_send_request(&a, "POST", "/v1/completions", NULL,
+    TS_CHECK(s, connect(a.fd, (struct sockaddr *)&addr, sizeof addr) == 0);
+    TS_CHECK(s, ts_send_request(&a, "POST", "/v1/completions", NULL,
                               "{\"prompt\":\"river\",\"max_tokens\":60000,\"ignore_eos\":true,\"stream\":true}"));
     bool dropped = false;
     for (int i = 0; i < 600 && !dropped; i++) { /* up to 60 s: a sanitized server fills the buffers slowly */
@@ -576,8 +562,8 @@ TEST(server_drops_a_reader_that_stalls)
         nanosleep(&ts, NULL);
     }
     ts_close(&a);
-    SCHECK(s, dropped);
-    SCHECK(s, served_quickly(s.port, 2000));
+    TS_CHECK(s, dropped);
+    TS_CHECK(s, served_quickly(s.port, 2000));
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -589,14 +575,14 @@ TEST(server_small_slots_batch_within_their_context)
     test_server s;
     ts_conn a;
     reply b;
-    START(s, NULL, "-c 256 -np 2");
-    SCHECK(s, start_long(&a, s.port, "river")); /* generating until the client leaves */
+    TS_START(s, NULL, "-c 256 -np 2");
+    TS_CHECK(s, start_long(&a, s.port, "river")); /* generating until the client leaves */
     char body[1024] = "{\"max_tokens\":1,\"prompt\":[";
     for (int i = 0; i < 128; i++)
         snprintf(body + strlen(body), sizeof body - strlen(body), "%s%d", i ? "," : "", 10 + i);
     strcat(body, "]}");
     const bool ok = post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.completion_tokens == 1;
     ts_close(&a);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }

@@ -13,21 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define START(s, args)                                                        \
-    do {                                                                      \
-        if (!ts_start(&(s), NULL, (args)))                                    \
-            FAIL("hydra-serve did not start: %s", ts_log(&(s)));              \
-    } while (0)
-
-/* A check that stops the server before failing. */
-#define SCHECK(s, cond)                                                       \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            ts_stop(&(s));                                                    \
-            FAIL("CHECK(%s) failed; server log: %s", #cond, ts_log(&(s)));    \
-        }                                                                     \
-    } while (0)
-
 /* One request; the response's status must be `status`. */
 static bool call(int port, const char *method, const char *path, const char *body, int status, ts_resp *r)
 {
@@ -38,29 +23,29 @@ TEST(server_small_endpoints_and_error_shapes)
 {
     test_server s;
     ts_resp r;
-    START(s, "");
-    SCHECK(s, call(s.port, "GET", "/health", NULL, 200, &r) && strstr(r.body, "\"status\":\"ok\"") != NULL);
+    TS_START(s, NULL, "");
+    TS_CHECK(s, call(s.port, "GET", "/health", NULL, 200, &r) && strstr(r.body, "\"status\":\"ok\"") != NULL);
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/v1/models", NULL, 200, &r) && strstr(r.body, "\"object\":\"list\"") &&
+    TS_CHECK(s, call(s.port, "GET", "/v1/models", NULL, 200, &r) && strstr(r.body, "\"object\":\"list\"") &&
                   strstr(r.body, "\"id\":\"server-tiny\""));
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/nowhere", NULL, 404, &r) && ts_is_error(&r, 404, "not_found_error", "/nowhere"));
+    TS_CHECK(s, call(s.port, "GET", "/nowhere", NULL, 404, &r) && ts_is_error(&r, 404, "not_found_error", "/nowhere"));
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "DELETE", "/v1/chat/completions", NULL, 405, &r) &&
+    TS_CHECK(s, call(s.port, "DELETE", "/v1/chat/completions", NULL, 405, &r) &&
                   ts_is_error(&r, 405, "invalid_request_error", NULL) && ts_header(&r, "Allow") &&
                   strcmp(ts_header(&r, "Allow"), "POST") == 0);
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/v1/completions", NULL, 405, &r));
+    TS_CHECK(s, call(s.port, "GET", "/v1/completions", NULL, 405, &r));
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "POST", "/v1/embeddings", "{\"input\":\"x\"}", 501, &r) &&
+    TS_CHECK(s, call(s.port, "POST", "/v1/embeddings", "{\"input\":\"x\"}", 501, &r) &&
                   ts_is_error(&r, 501, "not_supported_error", NULL));
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/metrics", NULL, 501, &r)); /* off without --metrics */
+    TS_CHECK(s, call(s.port, "GET", "/metrics", NULL, 501, &r)); /* off without --metrics */
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "OPTIONS", "/v1/chat/completions", NULL, 204, &r) &&
+    TS_CHECK(s, call(s.port, "OPTIONS", "/v1/chat/completions", NULL, 204, &r) &&
                   ts_header(&r, "Access-Control-Allow-Headers") != NULL);
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/slots", NULL, 200, &r) && strstr(r.body, "\"id\":3") != NULL);
+    TS_CHECK(s, call(s.port, "GET", "/slots", NULL, 200, &r) && strstr(r.body, "\"id\":3") != NULL);
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -105,7 +90,7 @@ TEST(server_rejects_bad_request_bodies_naming_the_field)
         {"/detokenize", "{\"tokens\":[1,-2]}", "tokens[1]"},
     };
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ts_resp r;
         const bool ok = ts_request(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) &&
@@ -118,7 +103,7 @@ TEST(server_rejects_bad_request_bodies_naming_the_field)
     }
     /* unknown fields are ignored; the server still works */
     ts_resp r;
-    SCHECK(s, call(s.port, "POST", "/v1/completions",
+    TS_CHECK(s, call(s.port, "POST", "/v1/completions",
                    "{\"prompt\":\"a\",\"max_tokens\":2,\"user\":\"u\",\"frobnicate\":[1,{}]}", 200, &r));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
@@ -127,13 +112,13 @@ TEST(server_rejects_bad_request_bodies_naming_the_field)
 TEST(server_prompt_longer_than_the_context_is_400_with_numbers)
 {
     test_server s;
-    START(s, "-c 128 -np 2"); /* 64 positions per slot */
+    TS_START(s, NULL, "-c 128 -np 2"); /* 64 positions per slot */
     char body[8192] = "{\"prompt\":\"";
     for (int i = 0; i < 200; i++)
         strcat(body, "river mill ");
     strcat(body, "\",\"max_tokens\":2}");
     ts_resp r;
-    SCHECK(s, call(s.port, "POST", "/v1/completions", body, 400, &r) &&
+    TS_CHECK(s, call(s.port, "POST", "/v1/completions", body, 400, &r) &&
                   ts_is_error(&r, 400, "invalid_request_error", "more than the context of 64 tokens"));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
@@ -144,37 +129,37 @@ TEST(server_limits_body_and_header_sizes)
     test_server s;
     ts_conn c;
     ts_resp r;
-    START(s, "");
+    TS_START(s, NULL, "");
     /* a Content-Length over 8 MiB is refused before any body is sent */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 8388609\r\n\r\n"));
-    SCHECK(s, ts_read(&c, &r) && ts_is_error(&r, 413, "invalid_request_error", "8388609") && r.closed);
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 8388609\r\n\r\n"));
+    TS_CHECK(s, ts_read(&c, &r) && ts_is_error(&r, 413, "invalid_request_error", "8388609") && r.closed);
     ts_resp_free(&r);
     ts_close(&c);
     /* a chunked body that grows past the limit */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
     char *chunk = malloc(1 << 20);
     memset(chunk, 'a', 1 << 20);
     bool sent = true;
     for (int i = 0; i < 9 && sent; i++)
         sent = ts_send_str(&c, "100000\r\n") && ts_send(&c, chunk, 1 << 20) && ts_send_str(&c, "\r\n");
     free(chunk);
-    SCHECK(s, ts_read(&c, &r) && r.status == 413);
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 413);
     ts_resp_free(&r);
     ts_close(&c);
     /* 40 KiB of headers */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: "));
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: "));
     char *big = malloc(40 * 1024 + 1);
     memset(big, 'h', 40 * 1024);
     big[40 * 1024] = '\0';
-    SCHECK(s, ts_send_str(&c, big) && ts_send_str(&c, "\r\n\r\n"));
+    TS_CHECK(s, ts_send_str(&c, big) && ts_send_str(&c, "\r\n\r\n"));
     free(big);
-    SCHECK(s, ts_read(&c, &r) && ts_is_error(&r, 431, "invalid_request_error", NULL));
+    TS_CHECK(s, ts_read(&c, &r) && ts_is_error(&r, 431, "invalid_request_error", NULL));
     ts_resp_free(&r);
     ts_close(&c);
-    SCHECK(s, call(s.port, "GET", "/health", NULL, 200, &r));
+    TS_CHECK(s, call(s.port, "GET", "/health", NULL, 200, &r));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -184,33 +169,33 @@ TEST(server_pipelining_keep_alive_and_close)
     test_server s;
     ts_conn c;
     ts_resp r;
-    START(s, "");
-    SCHECK(s, ts_open(&c, s.port, 10000));
+    TS_START(s, NULL, "");
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
     /* three requests in one write: answered in order on one connection */
-    SCHECK(s, ts_send_str(&c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    TS_CHECK(s, ts_send_str(&c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
                               "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n\r\n{\"content\":\"river\"}"
                               "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"));
-    SCHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "ok"));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "ok"));
     ts_resp_free(&r);
-    SCHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "\"tokens\":["));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "\"tokens\":["));
     ts_resp_free(&r);
-    SCHECK(s, ts_read(&c, &r) && r.status == 404 && !r.closed);
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 404 && !r.closed);
     ts_resp_free(&r);
     /* the same connection again (keep-alive), then Connection: close */
-    SCHECK(s, ts_send_request(&c, "POST", "/v1/completions", NULL, "{\"prompt\":\"river\",\"max_tokens\":3}"));
-    SCHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "\"text_completion\""));
+    TS_CHECK(s, ts_send_request(&c, "POST", "/v1/completions", NULL, "{\"prompt\":\"river\",\"max_tokens\":3}"));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 200 && strstr(r.body, "\"text_completion\""));
     ts_resp_free(&r);
-    SCHECK(s, ts_send_request(&c, "GET", "/health", "Connection: close\r\n", NULL));
-    SCHECK(s, ts_read(&c, &r) && r.status == 200 && r.closed);
+    TS_CHECK(s, ts_send_request(&c, "GET", "/health", "Connection: close\r\n", NULL));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 200 && r.closed);
     ts_resp_free(&r);
-    SCHECK(s, ts_sees_eof(&c, 5000));
+    TS_CHECK(s, ts_sees_eof(&c, 5000));
     ts_close(&c);
     /* HTTP/1.0 without keep-alive: answered and closed */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "GET /health HTTP/1.0\r\n\r\n"));
-    SCHECK(s, ts_read(&c, &r) && r.status == 200);
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "GET /health HTTP/1.0\r\n\r\n"));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 200);
     ts_resp_free(&r);
-    SCHECK(s, ts_sees_eof(&c, 5000));
+    TS_CHECK(s, ts_sees_eof(&c, 5000));
     ts_close(&c);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -220,38 +205,38 @@ TEST(server_survives_garbage_and_slow_clients)
     test_server s;
     ts_conn c;
     ts_resp r;
-    START(s, "--timeout 1");
+    TS_START(s, NULL, "--timeout 1");
     /* not HTTP at all */
-    SCHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
     static const char tls_hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n";
-    SCHECK(s, ts_send(&c, tls_hello, sizeof tls_hello - 1));
-    SCHECK(s, ts_read(&c, &r) && r.status == 400 && r.closed);
+    TS_CHECK(s, ts_send(&c, tls_hello, sizeof tls_hello - 1));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 400 && r.closed);
     ts_resp_free(&r);
     ts_close(&c);
     /* a bad chunk size */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"));
-    SCHECK(s, ts_read(&c, &r) && r.status == 400);
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"));
+    TS_CHECK(s, ts_read(&c, &r) && r.status == 400);
     ts_resp_free(&r);
     ts_close(&c);
     /* a request that never finishes: 408 after --timeout, then closed */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro"));
-    SCHECK(s, ts_read(&c, &r) && ts_is_error(&r, 408, "timeout_error", NULL));
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_send_str(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro"));
+    TS_CHECK(s, ts_read(&c, &r) && ts_is_error(&r, 408, "timeout_error", NULL));
     ts_resp_free(&r);
-    SCHECK(s, ts_sees_eof(&c, 5000));
+    TS_CHECK(s, ts_sees_eof(&c, 5000));
     ts_close(&c);
     /* an idle keep-alive connection is closed after --timeout */
-    SCHECK(s, ts_open(&c, s.port, 10000));
-    SCHECK(s, ts_sees_eof(&c, 5000));
+    TS_CHECK(s, ts_open(&c, s.port, 10000));
+    TS_CHECK(s, ts_sees_eof(&c, 5000));
     ts_close(&c);
     /* a client that connects and leaves at once */
     for (int i = 0; i < 20; i++) {
-        SCHECK(s, ts_open(&c, s.port, 10000));
+        TS_CHECK(s, ts_open(&c, s.port, 10000));
         ts_send_str(&c, "GET /heal");
         ts_close(&c);
     }
-    SCHECK(s, call(s.port, "GET", "/health", NULL, 200, &r));
+    TS_CHECK(s, call(s.port, "GET", "/health", NULL, 200, &r));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
@@ -264,19 +249,19 @@ TEST(server_api_key_accepted_and_wrong_one_rejected)
     snprintf(args, sizeof args, "--api-key sekrit --api-key-file %s", keyfile);
     test_server s;
     ts_resp r;
-    START(s, args);
-    SCHECK(s, call(s.port, "GET", "/health", NULL, 200, &r)); /* public */
+    TS_START(s, NULL, args);
+    TS_CHECK(s, call(s.port, "GET", "/health", NULL, 200, &r)); /* public */
     ts_resp_free(&r);
-    SCHECK(s, call(s.port, "GET", "/v1/models", NULL, 401, &r) && ts_is_error(&r, 401, "authentication_error", NULL));
+    TS_CHECK(s, call(s.port, "GET", "/v1/models", NULL, 401, &r) && ts_is_error(&r, 401, "authentication_error", NULL));
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekriT\r\n", NULL, &r) &&
+    TS_CHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekriT\r\n", NULL, &r) &&
                   r.status == 401);
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekri\r\n", NULL, &r) && r.status == 401);
+    TS_CHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekri\r\n", NULL, &r) && r.status == 401);
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekrit\r\n", NULL, &r) && r.status == 200);
+    TS_CHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer sekrit\r\n", NULL, &r) && r.status == 200);
     ts_resp_free(&r);
-    SCHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer second-key\r\n", NULL, &r) &&
+    TS_CHECK(s, ts_request(s.port, "GET", "/v1/models", "Authorization: Bearer second-key\r\n", NULL, &r) &&
                   r.status == 200);
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);
@@ -286,13 +271,13 @@ TEST(server_tokenize_detokenize_round_trip)
 {
     test_server s;
     ts_resp r;
-    START(s, "");
-    SCHECK(s, call(s.port, "POST", "/tokenize", "{\"content\":\"The river runs past the old mill\"}", 200, &r));
+    TS_START(s, NULL, "");
+    TS_CHECK(s, call(s.port, "POST", "/tokenize", "{\"content\":\"The river runs past the old mill\"}", 200, &r));
     cJSON *j = ts_json(&r);
     cJSON *tokens = cJSON_DetachItemFromObject(j, "tokens");
     cJSON_Delete(j);
     ts_resp_free(&r);
-    SCHECK(s, cJSON_GetArraySize(tokens) > 2);
+    TS_CHECK(s, cJSON_GetArraySize(tokens) > 2);
     cJSON *req = cJSON_CreateObject();
     cJSON_AddItemToObject(req, "tokens", tokens);
     char *body = cJSON_PrintUnformatted(req);
@@ -301,8 +286,8 @@ TEST(server_tokenize_detokenize_round_trip)
                     strstr(r.body, "\"content\":\"The river runs past the old mill\"") != NULL;
     free(body);
     ts_resp_free(&r);
-    SCHECK(s, ok);
-    SCHECK(s, call(s.port, "POST", "/tokenize", "{\"content\":\"mill\",\"with_pieces\":true}", 200, &r) &&
+    TS_CHECK(s, ok);
+    TS_CHECK(s, call(s.port, "POST", "/tokenize", "{\"content\":\"mill\",\"with_pieces\":true}", 200, &r) &&
                   strstr(r.body, "\"piece\":"));
     ts_resp_free(&r);
     CHECK_EQ_INT(ts_stop(&s), 0);

@@ -14,20 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define START(s, args)                                                        \
-    do {                                                                      \
-        if (!ts_start(&(s), NULL, (args)))                                    \
-            FAIL("hydra-serve did not start: %s", ts_log(&(s)));              \
-    } while (0)
-
-#define SCHECK(s, cond)                                                       \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            ts_stop(&(s));                                                    \
-            FAIL("CHECK(%s) failed; server log: %s", #cond, ts_log(&(s)));    \
-        }                                                                     \
-    } while (0)
-
 static cJSON *post_json(int port, const char *path, const char *body, int *status)
 {
     ts_resp r;
@@ -73,7 +59,7 @@ static bool chat_entry_ok(const cJSON *e, int n_top, bool greedy)
 TEST(server_logprobs_chat_shape)
 {
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     int status;
     cJSON *j = post_json(s.port, "/v1/chat/completions",
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":5,"
@@ -85,7 +71,7 @@ TEST(server_logprobs_chat_shape)
     for (int i = 0; ok && i < 5; i++)
         ok = chat_entry_ok(cJSON_GetArrayItem(content, i), 3, true);
     cJSON_Delete(j);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     /* without top_logprobs: the chosen tokens only */
     j = post_json(s.port, "/v1/chat/completions",
                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"ignore_eos\":true,"
@@ -94,21 +80,21 @@ TEST(server_logprobs_chat_shape)
     content = at(at(cJSON_GetArrayItem(at(j, "choices"), 0), "logprobs"), "content");
     ok = status == 200 && cJSON_GetArraySize(content) == 2 && chat_entry_ok(cJSON_GetArrayItem(content, 0), 0, false);
     cJSON_Delete(j);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
 TEST(server_logprobs_off_is_null)
 {
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     int status;
     cJSON *j = post_json(s.port, "/v1/chat/completions",
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"logprobs\":false}",
                          &status);
     const bool null = cJSON_IsNull(at(cJSON_GetArrayItem(at(j, "choices"), 0), "logprobs"));
     cJSON_Delete(j);
-    SCHECK(s, status == 200 && null);
+    TS_CHECK(s, status == 200 && null);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -132,9 +118,9 @@ static int streamed_entries(const char *body, bool *ok)
 TEST(server_logprobs_streamed_per_chunk)
 {
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
+    TS_CHECK(s, ts_request(s.port, "POST", "/v1/chat/completions", NULL,
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me\"}],\"max_tokens\":6,\"temperature\":0,"
                          "\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":2}",
                          &r) &&
@@ -142,14 +128,14 @@ TEST(server_logprobs_streamed_per_chunk)
     bool ok = true;
     const int n = streamed_entries(r.body, &ok);
     ts_resp_free(&r);
-    SCHECK(s, ok && n == 6);
+    TS_CHECK(s, ok && n == 6);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
 TEST(server_logprobs_completions_legacy_shape)
 {
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     int status;
     cJSON *j = post_json(s.port, "/v1/completions",
                          "{\"prompt\":\"The river runs\",\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true,"
@@ -170,7 +156,7 @@ TEST(server_logprobs_completions_legacy_shape)
         offset = cJSON_GetArrayItem(offsets, i)->valuedouble;
     }
     cJSON_Delete(j);
-    SCHECK(s, ok);
+    TS_CHECK(s, ok);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 
@@ -188,13 +174,13 @@ TEST(server_logprobs_bad_fields_are_400)
         {"/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
     };
     test_server s;
-    START(s, "");
+    TS_START(s, NULL, "");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ts_resp r;
         const bool ok = ts_request(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) &&
                         ts_is_error(&r, 400, "invalid_request_error", cases[i].message);
         ts_resp_free(&r);
-        SCHECK(s, ok);
+        TS_CHECK(s, ok);
     }
     CHECK_EQ_INT(ts_stop(&s), 0);
 }

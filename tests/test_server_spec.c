@@ -145,20 +145,6 @@ TEST(spec_batch_rows_match_token_by_token_gptoss_sliding)
 
 /* ------------------------------------------------------------ server */
 
-#define START(s, model, args)                                                 \
-    do {                                                                      \
-        if (!ts_start(&(s), (model), (args)))                                 \
-            FAIL("hydra-serve did not start: %s", ts_log(&(s)));              \
-    } while (0)
-
-#define SCHECK(s, cond)                                                       \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            ts_stop(&(s));                                                    \
-            FAIL("CHECK(%s) failed; server log: %s", #cond, ts_log(&(s)));    \
-        }                                                                     \
-    } while (0)
-
 enum { N_CLIENTS = 4, MAX_TOKENS = 40 };
 
 static const char *const PROMPTS[N_CLIENTS] = {
@@ -292,34 +278,34 @@ static void check_same_replies(test_ctx *t_, const reply plain[N_CLIENTS], const
     test_server s;
     char args[1024];
     snprintf(args, sizeof args, "-np 4 -md %s %s --metrics", draft, flags);
-    START(s, NULL, args);
+    TS_START(s, NULL, args);
     reply got[N_CLIENTS];
-    SCHECK(s, post_all(s.port, "", got));
+    TS_CHECK(s, post_all(s.port, "", got));
     int drafted = 0, kept = 0;
     for (int i = 0; i < N_CLIENTS; i++) {
         if (strcmp(got[i].text, plain[i].text) != 0) {
             ts_stop(&s);
             FAIL("client %d, %s: speculative '%s' vs plain '%s'", i, args, got[i].text, plain[i].text);
         }
-        SCHECK(s, got[i].completion_tokens == MAX_TOKENS && strcmp(got[i].finish, "length") == 0);
-        SCHECK(s, got[i].draft_n >= got[i].draft_n_accepted && got[i].draft_n_accepted >= 0);
+        TS_CHECK(s, got[i].completion_tokens == MAX_TOKENS && strcmp(got[i].finish, "length") == 0);
+        TS_CHECK(s, got[i].draft_n >= got[i].draft_n_accepted && got[i].draft_n_accepted >= 0);
         drafted += got[i].draft_n;
         kept += got[i].draft_n_accepted;
     }
-    SCHECK(s, drafted > 0);
+    TS_CHECK(s, drafted > 0);
     if (all_kept)
-        SCHECK(s, kept == drafted);
+        TS_CHECK(s, kept == drafted);
     else
-        SCHECK(s, kept < drafted); /* the rollback ran */
+        TS_CHECK(s, kept < drafted); /* the rollback ran */
     ts_resp r;
-    SCHECK(s, ts_request(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
+    TS_CHECK(s, ts_request(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
     const double m_drafted = metric(r.body, "hydra:spec_draft_tokens_total");
     const double m_kept = metric(r.body, "hydra:spec_accepted_tokens_total");
     const double passes = metric(r.body, "hydra:spec_verify_passes_total");
     const double rows = metric(r.body, "hydra:spec_verify_rows_total");
     const double widths = metric(r.body, "hydra:spec_verify_widths");
     ts_resp_free(&r);
-    SCHECK(s, m_drafted == drafted && m_kept == kept);
+    TS_CHECK(s, m_drafted == drafted && m_kept == kept);
     /* padded: one verify width throughout, so one graph would serve every
      * pass; else each pass is its drafts + 1 rows */
     const bool fixed = strstr(flags, "--spec-fixed-width") != NULL;
@@ -365,13 +351,13 @@ static bool stream_text(int port, const char *body, ts_stream *st)
 TEST(server_spec_stream_max_tokens_stop_logprobs_and_sampling)
 {
     test_server plain, spec;
-    START(plain, NULL, "-np 2");
+    TS_START(plain, NULL, "-np 2");
     char body[1024];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
              PROMPTS[0], MAX_TOKENS);
     reply ref = {.port = plain.port};
     snprintf(ref.body, sizeof ref.body, "%s", body);
-    SCHECK(plain, post(&ref) && ref.status == 200 && strlen(ref.text) > 8);
+    TS_CHECK(plain, post(&ref) && ref.status == 200 && strlen(ref.text) > 8);
     /* a stop string from the middle of the reply; max_tokens that ends inside a verify pass */
     char stop[8];
     const size_t mid = strlen(ref.text) / 2;
@@ -387,24 +373,24 @@ TEST(server_spec_stream_max_tokens_stop_logprobs_and_sampling)
     reply plain_stop = {.port = plain.port}, plain_short = {.port = plain.port};
     snprintf(plain_stop.body, sizeof plain_stop.body, "%s", stop_body);
     snprintf(plain_short.body, sizeof plain_short.body, "%s", short_body);
-    SCHECK(plain, !quotable || (post(&plain_stop) && plain_stop.status == 200));
-    SCHECK(plain, post(&plain_short) && plain_short.status == 200 && plain_short.completion_tokens == 7);
+    TS_CHECK(plain, !quotable || (post(&plain_stop) && plain_stop.status == 200));
+    TS_CHECK(plain, post(&plain_short) && plain_short.status == 200 && plain_short.completion_tokens == 7);
     CHECK_EQ_INT(ts_stop(&plain), 0);
 
     char args[1024];
     snprintf(args, sizeof args, "-np 2 -md %s --spec-draft-n-max 4 --spec-draft-p-min 0", ts_model());
-    START(spec, NULL, args);
+    TS_START(spec, NULL, args);
     ts_stream st = {0};
     char stream_body[1100];
     snprintf(stream_body, sizeof stream_body, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
-    SCHECK(spec, stream_text(spec.port, stream_body, &st) && strcmp(st.text, ref.text) == 0 &&
+    TS_CHECK(spec, stream_text(spec.port, stream_body, &st) && strcmp(st.text, ref.text) == 0 &&
                      strcmp(st.finish, "length") == 0 && st.n_events >= 2);
     ts_stream_free(&st);
     reply got = {.port = spec.port};
     snprintf(got.body, sizeof got.body, "%s", short_body);
-    SCHECK(spec, post(&got) && strcmp(got.text, plain_short.text) == 0 && got.completion_tokens == 7 &&
+    TS_CHECK(spec, post(&got) && strcmp(got.text, plain_short.text) == 0 && got.completion_tokens == 7 &&
                      strcmp(got.finish, "length") == 0);
-    SCHECK(spec, strlen(plain_short.logprobs) > 20 && strcmp(got.logprobs, plain_short.logprobs) == 0);
+    TS_CHECK(spec, strlen(plain_short.logprobs) > 20 && strcmp(got.logprobs, plain_short.logprobs) == 0);
     /* sampling: the rejection rule keeps every draft when the draft's
      * distribution is the target's (itself, no penalties); a seed repeats */
     reply hot[2];
@@ -413,13 +399,13 @@ TEST(server_spec_stream_max_tokens_stop_logprobs_and_sampling)
         snprintf(hot[i].body, sizeof hot[i].body,
                  "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":1.0,\"seed\":5,\"ignore_eos\":true}",
                  PROMPTS[1]);
-        SCHECK(spec, post(&hot[i]) && hot[i].status == 200 && hot[i].completion_tokens == 24);
+        TS_CHECK(spec, post(&hot[i]) && hot[i].status == 200 && hot[i].completion_tokens == 24);
     }
-    SCHECK(spec, strcmp(hot[0].text, hot[1].text) == 0 && hot[0].draft_n > 0 &&
+    TS_CHECK(spec, strcmp(hot[0].text, hot[1].text) == 0 && hot[0].draft_n > 0 &&
                      hot[0].draft_n_accepted == hot[0].draft_n);
     if (quotable) {
         snprintf(got.body, sizeof got.body, "%s", stop_body);
-        SCHECK(spec, post(&got) && strcmp(got.text, plain_stop.text) == 0 && strcmp(got.finish, "stop") == 0);
+        TS_CHECK(spec, post(&got) && strcmp(got.text, plain_stop.text) == 0 && strcmp(got.finish, "stop") == 0);
     }
     CHECK_EQ_INT(ts_stop(&spec), 0);
 }

@@ -32,6 +32,22 @@ int ts_stop(test_server *s);
 /* The server's stderr so far (static buffer), for failure messages. */
 const char *ts_log(const test_server *s);
 
+/* In a TEST (test.h): start the server or fail with its log; check a
+ * condition, stopping the server before failing. */
+#define TS_START(s, model, args)                                              \
+    do {                                                                      \
+        if (!ts_start(&(s), (model), (args)))                                 \
+            FAIL("hydra-serve did not start: %s", ts_log(&(s)));              \
+    } while (0)
+
+#define TS_CHECK(s, cond)                                                     \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            ts_stop(&(s));                                                    \
+            FAIL("CHECK(%s) failed; server log: %s", #cond, ts_log(&(s)));    \
+        }                                                                     \
+    } while (0)
+
 /* Whether this is the sanitizer build (tests shrink their loads). */
 bool ts_sanitized(void);
 
