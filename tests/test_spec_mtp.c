@@ -506,31 +506,46 @@ TEST(spec_mtp_rollback_leaves_the_rows_of_the_accepted_tokens)
     CHECK(same);
 }
 
-/* ------------------------------------------------------------ errors */
-
-TEST(spec_mtp_refuses_a_misshaped_nextn_tensor)
+/* The MTP test model written again to path with every tensor passed
+ * through edit (which may change its shape or drop its data). */
+static hydra_status write_edited_mtp_model(const char *path, void (*edit)(out_tensor *, const hydra_tensor_info *))
 {
     hydra_model *m = NULL;
-    CHECK_OK(mtp_model(&m));
+    hydra_status st = mtp_model(&m);
+    if (st != HYDRA_OK)
+        return st;
     const size_t n = hydra_model_tensor_count(m);
     out_tensor *t = calloc(n, sizeof *t);
-    hydra_status st = t ? HYDRA_OK : HYDRA_ERR_NOMEM;
+    st = t ? HYDRA_OK : HYDRA_ERR_NOMEM;
     for (size_t i = 0; st == HYDRA_OK && i < n; i++) {
         hydra_tensor_info ti;
         st = hydra_model_tensor_at(m, i, &ti);
         t[i] = tensor_like(&ti, ti.name);
-        if (strcmp(ti.name, "blk.3.nextn.eh_proj.weight") == 0) { /* {n_embd, n_embd}: the concat's half */
-            t[i].ne[0] = ti.ne[1];
-            t[i].n_bytes = ti.n_bytes / 2;
-            t[i].data = NULL;
-        }
+        edit(&t[i], &ti);
     }
-    const char *path = util_scratch_path("spec-mtp-bad-eh-proj.gguf");
     if (st == HYDRA_OK)
         st = write_file(m, path, 0, NULL, t, n);
     free(t);
     hydra_model_close(m);
-    CHECK_OK(st);
+    return st;
+}
+
+/* ------------------------------------------------------------ errors */
+
+/* eh_proj as {n_embd, n_embd}: the concat's half */
+static void halve_eh_proj(out_tensor *t, const hydra_tensor_info *ti)
+{
+    if (strcmp(ti->name, "blk.3.nextn.eh_proj.weight") == 0) {
+        t->ne[0] = ti->ne[1];
+        t->n_bytes = ti->n_bytes / 2;
+        t->data = NULL;
+    }
+}
+
+TEST(spec_mtp_refuses_a_misshaped_nextn_tensor)
+{
+    const char *path = util_scratch_path("spec-mtp-bad-eh-proj.gguf");
+    CHECK_OK(write_edited_mtp_model(path, halve_eh_proj));
     hydra_model *bad = NULL;
     hydra_session *s = NULL;
     CHECK_OK(open_path(path, &bad));
@@ -594,30 +609,21 @@ TEST(spec_mtp_needs_the_verify_pass_in_one_step)
     CHECK(strstr(msg, "n_batch 8") != NULL);
 }
 
+/* data NULL: written as zeros */
+static void zero_head_norms(out_tensor *t, const hydra_tensor_info *ti)
+{
+    if (strcmp(ti->name, "output_norm.weight") == 0 || strcmp(ti->name, "blk.3.nextn.shared_head_norm.weight") == 0)
+        t->data = NULL;
+}
+
 /* output_norm and shared_head_norm zeroed: every logit of the target and of
  * the drafter is 0, both pick the same token, and every draft is kept, so
  * the accepted path runs (catch-up of n_draft + 1 rows, the bonus token)
  * with the MTP block's rows computed as usual underneath. */
 TEST(spec_mtp_keeps_every_draft_when_they_agree)
 {
-    hydra_model *m = NULL;
-    CHECK_OK(mtp_model(&m));
-    const size_t n = hydra_model_tensor_count(m);
-    out_tensor *t = calloc(n, sizeof *t);
-    hydra_status st = t ? HYDRA_OK : HYDRA_ERR_NOMEM;
-    for (size_t i = 0; st == HYDRA_OK && i < n; i++) {
-        hydra_tensor_info ti;
-        st = hydra_model_tensor_at(m, i, &ti);
-        t[i] = tensor_like(&ti, ti.name);
-        if (strcmp(ti.name, "output_norm.weight") == 0 || strcmp(ti.name, "blk.3.nextn.shared_head_norm.weight") == 0)
-            t[i].data = NULL;
-    }
     const char *path = util_scratch_path("spec-mtp-agree.gguf");
-    if (st == HYDRA_OK)
-        st = write_file(m, path, 0, NULL, t, n);
-    free(t);
-    hydra_model_close(m);
-    CHECK_OK(st);
+    CHECK_OK(write_edited_mtp_model(path, zero_head_norms));
     hydra_model *agree = NULL;
     CHECK_OK(open_path(path, &agree));
     hydra_token want[N_GEN], got[N_GEN];
@@ -625,7 +631,7 @@ TEST(spec_mtp_keeps_every_draft_when_they_agree)
     pp.n_draft_max = 3;
     pp.p_min = 0;
     hydra_spec_stats stats = {0};
-    st = plain_greedy(agree, want);
+    hydra_status st = plain_greedy(agree, want);
     if (st == HYDRA_OK)
         st = mtp_greedy(agree, 64, pp, got, &stats);
     hydra_model_close(agree);
