@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static bool read_ints(const cJSON *arr, int32_t *out, int n)
@@ -53,6 +54,20 @@ const char *ref_logits_path(const char *name, char *path, size_t len)
 {
     snprintf(path, len, "%s/ref/%s.logits.f32", test_shared_dir(), name);
     return path;
+}
+
+bool ref_load_with_logits(const char *name, ref_case *r, float **logits, char *why, size_t why_len)
+{
+    *logits = NULL;
+    if (!ref_load(name, r))
+        return snprintf(why, why_len, "cannot read the reference JSON or tolerances of %s", name), false;
+    char path[512];
+    size_t size = 0;
+    *logits = ref_read_logits(ref_logits_path(name, path, sizeof path), r->n_vocab, &size);
+    if (*logits == NULL)
+        return snprintf(why, why_len, "%s: %zu bytes, expected %d x %d floats", path, size, REF_PROMPT, r->n_vocab),
+               false;
+    return true;
 }
 
 int ref_argmax(const float *x, int n)

@@ -36,6 +36,10 @@ float *ref_read_logits(const char *path, int n_vocab, size_t *size);
 /* "<shared>/ref/NAME.logits.f32" into path. */
 const char *ref_logits_path(const char *name, char *path, size_t len);
 
+/* ref_load, then NAME's logits into *logits (free with free()); false,
+ * saying which file could not be read into why, when either fails. */
+bool ref_load_with_logits(const char *name, ref_case *r, float **logits, char *why, size_t why_len);
+
 /* The first maximum of x[0, n): the reference's greedy and top-1 take it. */
 int ref_argmax(const float *x, int n);
 

@@ -17,7 +17,7 @@
  * CUDA device, except the refusal of HYDRA_HYBRID_CUDA by a build or
  * machine without one.
  */
-#include "gpu/gpu.h"
+#include "gpu_test.h"
 #include "hydra.h"
 #include "placement.h"
 #include "quant.h"
@@ -39,21 +39,25 @@ typedef struct hy_case {
 static bool open_case(const char *name, hy_case *c, char *why, size_t len)
 {
     memset(c, 0, sizeof *c);
-    char path[512];
-    if (!ref_load(name, &c->r)) {
-        snprintf(why, len, "cannot read the reference of %s", name);
+    if (!ref_load_with_logits(name, &c->r, &c->ref, why, len))
         return false;
-    }
-    c->ref = ref_read_logits(ref_logits_path(name, path, sizeof path), c->r.n_vocab, NULL);
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    if (c->ref == NULL || hydra_model_open(&c->m, &mp) != HYDRA_OK || weights_bind(&c->w, c->m) != HYDRA_OK) {
+    if (util_open_shared_model(name, &c->m) != HYDRA_OK || weights_bind(&c->w, c->m) != HYDRA_OK) {
         snprintf(why, len, "%s: %s", name, hydra_last_error());
         return false;
     }
     return true;
 }
+
+/* Skips without a CUDA device or ../shared, then opens NAME's case into
+ * C; the test fails when it cannot. */
+#define REQUIRE_CASE(name, c)                                                                                  \
+    do {                                                                                                       \
+        REQUIRE_GPU();                                                                                         \
+        REQUIRE_SHARED();                                                                                      \
+        char why_[600];                                                                                        \
+        if (!open_case(name, c, why_, sizeof why_))                                                            \
+            FAIL("%s", why_);                                                                                  \
+    } while (0)
 
 static void close_case(hy_case *c)
 {
@@ -97,14 +101,8 @@ static hydra_status session_rows(hy_case *c, const gpu_options *o, bool batch, f
 
 static void hybrid_vs_reference(test_ctx *t_, const char *name)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
-    REQUIRE_SHARED();
     hy_case c;
-    char why[600];
-    if (!open_case(name, &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE(name, &c);
     const size_t n = (size_t)REF_PROMPT * c.r.n_vocab;
     float *all_gpu = malloc(sizeof(float) * n), *rows = malloc(sizeof(float) * n);
     CHECK(all_gpu != NULL && rows != NULL);
@@ -168,14 +166,8 @@ static hydra_status greedy_decode(gpu_session *g, const ref_case *r, int32_t *id
 
 TEST(cuda_hybrid_bit_identical_across_3_runs)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
-    REQUIRE_SHARED();
     hy_case c;
-    char why[600];
-    if (!open_case("qwen3moe-kq-q4_k_m", &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE("qwen3moe-kq-q4_k_m", &c);
     const size_t n = (size_t)DECODE_TOKENS * c.r.n_vocab;
     float *logits[3];
     int32_t ids[3][DECODE_TOKENS];
@@ -203,14 +195,8 @@ TEST(cuda_hybrid_bit_identical_across_3_runs)
  * same thing as the host nodes: bit-identical logits. */
 TEST(cuda_hybrid_flag_handoff_matches_host_nodes)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
-    REQUIRE_SHARED();
     hy_case c;
-    char why[600];
-    if (!open_case("qwen3moe-kq-q4_k_m", &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE("qwen3moe-kq-q4_k_m", &c);
     const size_t n = (size_t)DECODE_TOKENS * c.r.n_vocab;
     float *logits[2] = {malloc(sizeof(float) * n), malloc(sizeof(float) * n)};
     CHECK(logits[0] != NULL && logits[1] != NULL);
@@ -233,9 +219,7 @@ TEST(cuda_hybrid_flag_handoff_matches_host_nodes)
 static void decode_counters(test_ctx *t_, double fraction, uint64_t admit, gpu_stats *st, gpu_hybrid_counters *hc)
 {
     hy_case c;
-    char why[600];
-    if (!open_case("qwen3moe-kq-q4_k_m", &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE("qwen3moe-kq-q4_k_m", &c);
     const gpu_options o = options(true, fraction, admit);
     gpu_session *g = NULL;
     int32_t ids[DECODE_TOKENS];
@@ -258,9 +242,7 @@ static void decode_counters(test_ctx *t_, double fraction, uint64_t admit, gpu_s
 
 TEST(cuda_hybrid_full_slab_moves_no_bytes_and_replays)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     gpu_stats st;
     gpu_hybrid_counters hc;
@@ -277,9 +259,7 @@ TEST(cuda_hybrid_full_slab_moves_no_bytes_and_replays)
 
 TEST(cuda_hybrid_engaged_counters)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     gpu_stats st;
     gpu_hybrid_counters hc;
@@ -301,14 +281,8 @@ TEST(cuda_hybrid_engaged_counters)
  * both steps staged and no stale staging reference. */
 static void staged_vs_all_gpu(test_ctx *t_, const char *name)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
-    REQUIRE_SHARED();
     hy_case c;
-    char why[600];
-    if (!open_case(name, &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE(name, &c);
     const size_t n = (size_t)REF_PROMPT * c.r.n_vocab;
     float *all_gpu = malloc(sizeof(float) * n), *rows[2] = {malloc(sizeof(float) * n), malloc(sizeof(float) * n)};
     CHECK(all_gpu != NULL && rows[0] != NULL && rows[1] != NULL);
@@ -362,14 +336,8 @@ TEST(cuda_hybrid_staged_prefill_mixtral_q4_0)
 
 TEST(cuda_hybrid_open_close_returns_memory)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
-    REQUIRE_SHARED();
     hy_case c;
-    char why[600];
-    if (!open_case("qwen3moe-kq-q4_k_m", &c, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_CASE("qwen3moe-kq-q4_k_m", &c);
     for (int cycle = 0; cycle < 5; cycle++) {
         const gpu_options o = options(true, 0.5, 64 << 20);
         gpu_session *g = NULL;
@@ -394,16 +362,6 @@ TEST(cuda_hybrid_open_close_returns_memory)
 
 static const char *const API_MODEL = "qwen3moe-kq-q4_k_m";
 
-static hydra_model *open_public(const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    hydra_model *m = NULL;
-    return hydra_model_open(&m, &mp) == HYDRA_OK ? m : NULL;
-}
-
 static hydra_session_params cuda_params(hydra_hybrid_mode hybrid)
 {
     hydra_session_params p = hydra_session_default_params();
@@ -420,8 +378,8 @@ TEST(hybrid_cuda_session_refused_without_a_device)
     if (hydra_cuda_available())
         SKIP("a CUDA device is present (cuda_hybrid_session_* run instead)");
     REQUIRE_SHARED();
-    hydra_model *m = open_public(API_MODEL);
-    if (m == NULL)
+    hydra_model *m = NULL;
+    if (util_open_shared_model(API_MODEL, &m) != HYDRA_OK)
         FAIL("%s: %s", API_MODEL, hydra_last_error());
     for (int b = 0; b < 2; b++) {
         hydra_session_params p = cuda_params(HYDRA_HYBRID_CUDA);
@@ -435,7 +393,7 @@ TEST(hybrid_cuda_session_refused_without_a_device)
     }
     hydra_model_close(m);
     char path[512], args[1200];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), API_MODEL);
+    util_shared_model_path(API_MODEL, path, sizeof path);
     snprintf(args, sizeof args, "-c 128 -n 4 --hybrid cuda --stats -p Hello -m %s", path);
     tool_run r;
     CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
@@ -479,7 +437,7 @@ typedef struct api_case {
 static bool api_open(api_case *a, char *why, size_t len)
 {
     memset(a, 0, sizeof *a);
-    if (!ref_load(API_MODEL, &a->r) || (a->m = open_public(API_MODEL)) == NULL) {
+    if (!ref_load(API_MODEL, &a->r) || util_open_shared_model(API_MODEL, &a->m) != HYDRA_OK) {
         snprintf(why, len, "%s: %s", API_MODEL, hydra_last_error());
         return false;
     }
@@ -494,6 +452,18 @@ static bool api_open(api_case *a, char *why, size_t len)
     }
     return true;
 }
+
+/* Skips without a CUDA device or ../shared, then opens the API case into
+ * A; the test fails when it cannot. */
+#define REQUIRE_API_CASE(a)                                                                                    \
+    do {                                                                                                       \
+        if (!hydra_cuda_available())                                                                           \
+            SKIP("no CUDA device");                                                                            \
+        REQUIRE_SHARED();                                                                                      \
+        char why_[600];                                                                                        \
+        if (!api_open(a, why_, sizeof why_))                                                                   \
+            FAIL("%s", why_);                                                                                  \
+    } while (0)
 
 static void api_close(api_case *a)
 {
@@ -525,13 +495,8 @@ static bool hybrid_matches(api_case *a, const hydra_session_params *p, hydra_hyb
 
 TEST(cuda_hybrid_session_api_vs_all_gpu)
 {
-    if (!hydra_cuda_available())
-        SKIP("no CUDA device");
-    REQUIRE_SHARED();
     api_case a;
-    char why[600];
-    if (!api_open(&a, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_API_CASE(&a);
     hydra_session_params p = cuda_params(HYDRA_HYBRID_CPU_SPLIT);
     hydra_session *s = NULL;
     CHECK_EQ_INT(hydra_session_create(&s, a.m, &p), HYDRA_ERR_INVALID_ARG); /* cpu_split runs on the CPU */
@@ -557,8 +522,8 @@ TEST(cuda_hybrid_session_layer_counters_and_cli)
     if (!hydra_cuda_available())
         SKIP("no CUDA device");
     REQUIRE_SHARED();
-    hydra_model *m = open_public(API_MODEL);
-    if (m == NULL)
+    hydra_model *m = NULL;
+    if (util_open_shared_model(API_MODEL, &m) != HYDRA_OK)
         FAIL("%s: %s", API_MODEL, hydra_last_error());
     hydra_session_params p = cuda_params(HYDRA_HYBRID_CUDA);
     hydra_session *s = NULL;
@@ -578,7 +543,7 @@ TEST(cuda_hybrid_session_layer_counters_and_cli)
     hydra_session_free(s);
     hydra_model_close(m);
     char path[512], args[1200];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), API_MODEL);
+    util_shared_model_path(API_MODEL, path, sizeof path);
     snprintf(args, sizeof args, "-c 128 -t 2 -n 6 -s 1 --hybrid cuda --resident 0.5 --stats -p Hello -m %s", path);
     tool_run r;
     CHECK(util_run_tool(NULL, "hydra-run", args, NULL, &r));
@@ -594,13 +559,8 @@ TEST(cuda_hybrid_session_layer_counters_and_cli)
  * vram_budget sets them by placement_make's plan. */
 TEST(cuda_hybrid_session_pin_file_and_budget)
 {
-    if (!hydra_cuda_available())
-        SKIP("no CUDA device");
-    REQUIRE_SHARED();
     api_case a;
-    char why[600];
-    if (!api_open(&a, why, sizeof why))
-        FAIL("%s", why);
+    REQUIRE_API_CASE(&a);
     const char *pins = util_scratch_path("cuda-hybrid-pins.txt");
     const char *text = "0 3 40\n0 1 30\n1 5 50\n1 6 50\n1 2 7\n";
     CHECK(util_write_file(pins, text, strlen(text)) == 0);

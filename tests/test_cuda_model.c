@@ -10,23 +10,15 @@
  * GPU cannot run yet are skipped, naming what is missing.
  * Skips without a CUDA device.
  */
-#include "gpu/gpu.h"
+#include "gpu_test.h"
 #include "hydra.h"
 #include "quant.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static hydra_status open_model(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
 
 static hydra_status cuda_session(hydra_model *m, hydra_kv_type kv, bool graphs, hydra_session **s)
 {
@@ -79,20 +71,6 @@ typedef struct ref_model {
     float *logits;
 } ref_model;
 
-static bool load_model_ref(const char *name, ref_model *r, char *why, size_t len)
-{
-    char path[512];
-    r->logits = NULL;
-    if (!ref_load(name, &r->c)) {
-        snprintf(why, len, "cannot read the reference JSON or tolerances of %s", name);
-        return false;
-    }
-    r->logits = ref_read_logits(ref_logits_path(name, path, sizeof path), r->c.n_vocab, NULL);
-    if (r->logits == NULL)
-        snprintf(why, len, "cannot read %s", path);
-    return r->logits != NULL;
-}
-
 static ref_score compare(const ref_model *r, const float *rows)
 {
     return ref_score_rows(r->logits, rows, REF_PROMPT, r->c.n_vocab);
@@ -131,17 +109,15 @@ static hydra_status score_model(hydra_model *m, const ref_model *rm, float *rows
 
 static void run_reference(test_ctx *t_, const char *name)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     ref_model rm;
     char why[600];
-    if (!load_model_ref(name, &rm, why, sizeof why))
+    if (!ref_load_with_logits(name, &rm.c, &rm.logits, why, sizeof why))
         FAIL("%s", why);
     const ref_case r = rm.c;
     hydra_model *m = NULL;
-    hydra_status st = open_model(name, &m);
+    hydra_status st = util_open_shared_model(name, &m);
     float *rows = malloc(sizeof(float) * REF_PROMPT * (size_t)r.n_vocab);
     run_scores sc = {0};
     if (st == HYDRA_OK && rows != NULL)
@@ -196,16 +172,14 @@ enum { GRAPH_TOKENS = 64 };
  * ids identical across 3 sessions. */
 TEST(cuda_graphs_bit_identical_and_deterministic)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     static const char *const name = "qwen3moe-kq-q4_k_m";
     ref_case r;
     if (!ref_load(name, &r))
         FAIL("cannot read the reference of %s", name);
     hydra_model *m = NULL;
-    CHECK_OK(open_model(name, &m));
+    CHECK_OK(util_open_shared_model(name, &m));
     const size_t n_logits = (size_t)GRAPH_TOKENS * r.n_vocab;
     float *with = malloc(sizeof(float) * n_logits), *without = malloc(sizeof(float) * n_logits);
     int32_t ids[3][GRAPH_TOKENS], ids_plain[GRAPH_TOKENS];
@@ -237,12 +211,10 @@ TEST(cuda_graphs_bit_identical_and_deterministic)
 /* Graph capture is counted: one decode structure is captured once. */
 TEST(cuda_decode_graph_captured_once)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     model_weights w;
     CHECK_OK(weights_bind(&w, m));
     gpu_session *g = NULL;
@@ -270,15 +242,13 @@ TEST(cuda_decode_graph_captured_once)
  * cycle (which also loads the kernels). */
 TEST(cuda_open_close_20_times_returns_memory)
 {
-    const char *why_gpu;
-    if (!gpu_available(&why_gpu))
-        SKIP("%s", why_gpu);
+    REQUIRE_GPU();
     REQUIRE_SHARED();
     uint64_t start_free = 0, total = 0;
     for (int cycle = 0; cycle <= 20; cycle++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
-        CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+        CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
         CHECK_OK(cuda_session(m, HYDRA_KV_F16, true, &s));
         const int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
         CHECK_OK(hydra_session_eval(s, prompt, 12, NULL));

@@ -17,25 +17,12 @@
 #include "quant.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 enum { TRUNCATE_AT = 100 };
-
-/* The case and its logits (NAME.logits.f32). */
-static bool load_ref(const char *name, ref_case *r, float **logits, char *why, size_t why_len)
-{
-    if (!ref_load(name, r))
-        return snprintf(why, why_len, "cannot read the reference JSON or tolerances of %s", name), false;
-    char path[512];
-    size_t size = 0;
-    *logits = ref_read_logits(ref_logits_path(name, path, sizeof path), r->n_vocab, &size);
-    if (*logits == NULL)
-        return snprintf(why, why_len, "%s: %zu bytes, expected %d x %d floats", path, size, REF_PROMPT, r->n_vocab),
-               false;
-    return true;
-}
 
 /* NULL when hydra can compute every tensor type of the file; else the
  * message naming the first type it cannot. */
@@ -100,15 +87,11 @@ static void run_reference(test_ctx *t_, const char *name)
     ref_case r = {0};
     float *want = NULL;
     char why[600];
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
     hydra_model *m = NULL;
     hydra_session *s = NULL;
     float *rows = NULL;
-    bool loaded = load_ref(name, &r, &want, why, sizeof why);
-    hydra_status st = loaded ? hydra_model_open(&m, &mp) : HYDRA_ERR_IO;
+    bool loaded = ref_load_with_logits(name, &r, &want, why, sizeof why);
+    hydra_status st = loaded ? util_open_shared_model(name, &m) : HYDRA_ERR_IO;
     const char *missing = st == HYDRA_OK ? missing_type(m) : NULL;
     if (loaded && st == HYDRA_OK && missing != NULL)
         snprintf(why, sizeof why, "%s", missing);

@@ -95,3 +95,17 @@ void tool_run_free(tool_run *r)
     free(r->out);
     free(r->err);
 }
+
+const char *util_shared_model_path(const char *name, char *path, size_t len)
+{
+    snprintf(path, len, "%s/models/%s.gguf", test_shared_dir(), name);
+    return path;
+}
+
+hydra_status util_open_shared_model(const char *name, hydra_model **m)
+{
+    char path[512];
+    hydra_model_params p = hydra_model_default_params();
+    p.path = util_shared_model_path(name, path, sizeof path);
+    return hydra_model_open(m, &p);
+}

@@ -1,9 +1,12 @@
 /*
  * util.h — small helpers shared by tests: whole-file reads, JSON loading,
- * scratch paths in the build folder, running a built tool.
+ * scratch paths in the build folder, running a built tool, opening a
+ * shared model.
  */
 #ifndef HYDRA_TEST_UTIL_H
 #define HYDRA_TEST_UTIL_H
+
+#include "hydra.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -39,5 +42,11 @@ typedef struct tool_run {
  * scratch files; false if the output could not be read back. */
 bool util_run_tool(const char *env, const char *tool, const char *args, const char *input, tool_run *r);
 void tool_run_free(tool_run *r);
+
+/* "<shared>/models/NAME.gguf" into path; returns path. */
+const char *util_shared_model_path(const char *name, char *path, size_t len);
+
+/* Opens ../shared/models/NAME.gguf with the default model parameters. */
+hydra_status util_open_shared_model(const char *name, hydra_model **m);
 
 #endif
