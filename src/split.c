@@ -76,14 +76,22 @@ static hydra_status check_request(const split_model *m, const split_request *r)
     for (int d = 0; r->ratios != NULL && d < r->n_dev; d++)
         if (!(r->ratios[d] >= 0))
             return hydra_fail(HYDRA_ERR_INVALID_ARG, "-ts: ratio %g of device %d is negative", r->ratios[d], d);
-    if (r->mode == SPLIT_LAYER && r->ratios != NULL && r->ratios[r->main_gpu] <= 0) {
+    if (r->mode != SPLIT_NONE && r->ratios != NULL && r->ratios[r->main_gpu] <= 0) {
         bool any = false;
         for (int d = 0; d < r->n_dev; d++)
             any |= r->ratios[d] > 0;
         if (any)
-            return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm layer: the main GPU %d holds the output head, so its -ts "
-                              "ratio must not be 0", r->main_gpu);
+            return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm %s: the main GPU %d holds the output head, so its -ts "
+                              "ratio must not be 0", mode_name[r->mode], r->main_gpu);
     }
+    int sharing = 0, ratioed = 0; /* devices a tensor split gives a share */
+    for (int d = 0; d < r->n_dev; d++)
+        ratioed += r->ratios != NULL && r->ratios[d] > 0;
+    for (int d = 0; d < r->n_dev; d++)
+        sharing += ratioed == 0 || r->ratios[d] > 0;
+    if (r->mode == SPLIT_TENSOR && m->n_head_kv < sharing)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor: %d KV heads cannot be shared by %d devices (each needs "
+                          "at least one; give some -ts 0 or use -sm layer)", m->n_head_kv, sharing);
     return HYDRA_OK;
 }
 
@@ -130,27 +138,57 @@ static void plan_layer(split_plan *p, const split_model *m, const split_request 
     p->part[p->n_part - 1].need += m->head_bytes;
 }
 
+void split_shares_min1(int64_t total, int64_t granule, const double *weights, int n, int64_t *begin)
+{
+    const int64_t g = granule > 0 ? granule : 1, units = (total + g - 1) / g;
+    if (units < n) {
+        split_shares(total, g, weights, n, begin);
+        return;
+    }
+    split_shares(units - n, 1, weights, n, begin);
+    for (int i = 0; i <= n; i++)
+        begin[i] = (begin[i] + i) * g < total ? (begin[i] + i) * g : total;
+}
+
+void split_cut(const split_plan *plan, int part, int64_t total, int64_t granule, int64_t *b0, int64_t *b1)
+{
+    double share[SPLIT_MAX_DEV];
+    int64_t begin[SPLIT_MAX_DEV + 1];
+    for (int i = 0; i < plan->n_part; i++)
+        share[i] = plan->part[i].share;
+    split_shares_min1(total, granule, share, plan->n_part, begin);
+    *b0 = begin[part];
+    *b1 = begin[part + 1];
+}
+
+/* Devices with a share, each every layer; the cuts of split_cut. */
 static void plan_tensor(split_plan *p, const split_model *m, const split_request *r)
 {
     int order[SPLIT_MAX_DEV];
     double weight[SPLIT_MAX_DEV];
-    int64_t heads[SPLIT_MAX_DEV + 1], ff[SPLIT_MAX_DEV + 1], exps[SPLIT_MAX_DEV + 1];
-    const int n = device_order(r, order, weight);
-    split_shares(m->n_head_kv, 1, weight, n, heads);
-    split_shares(m->n_ff, m->ff_granule, weight, n, ff);
-    split_shares(m->n_expert, 1, weight, n, exps);
+    const int n_dev = device_order(r, order, weight);
     double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += weight[i];
-    for (int i = 0; i < n; i++) {
-        split_part *q = &p->part[p->n_part++];
-        const double share = sum > 0 ? weight[i] / sum : 1.0 / n;
-        *q = (split_part){.device = order[i], .layer0 = 0, .layer1 = m->n_layer, .embed = true,
-                          .head = order[i] == r->main_gpu, .head0 = (int)heads[i], .head1 = (int)heads[i + 1],
-                          .ff0 = ff[i], .ff1 = ff[i + 1], .exp0 = (int)exps[i], .exp1 = (int)exps[i + 1],
-                          .avail = r->avail[order[i]]};
-        q->need = (uint64_t)(share * (double)layers_bytes(m, 0, m->n_layer)) + m->scratch_bytes + m->embed_bytes +
-                  (q->head ? m->head_bytes : 0);
+    for (int i = 0; i < n_dev; i++)
+        sum += weight[i] > 0 ? weight[i] : 0;
+    for (int i = 0; i < n_dev; i++) {
+        if (sum > 0 && !(weight[i] > 0))
+            continue; /* a zero share: the device takes no part */
+        p->part[p->n_part++] = (split_part){.device = order[i], .layer1 = m->n_layer, .embed = true,
+                                            .head = order[i] == r->main_gpu, .avail = r->avail[order[i]],
+                                            .share = sum > 0 ? weight[i] / sum : 1.0 / n_dev};
+    }
+    for (int i = 0; i < p->n_part; i++) {
+        split_part *q = &p->part[i];
+        int64_t b0, b1;
+        split_cut(p, i, m->n_head_kv, 1, &b0, &b1);
+        q->head0 = (int)b0;
+        q->head1 = (int)b1;
+        split_cut(p, i, m->n_ff, m->ff_granule, &q->ff0, &q->ff1);
+        split_cut(p, i, m->n_expert, 1, &b0, &b1);
+        q->exp0 = (int)b0;
+        q->exp1 = (int)b1;
+        q->need = (uint64_t)(q->share * (double)layers_bytes(m, 0, m->n_layer)) + m->scratch_bytes +
+                  m->embed_bytes + (q->head ? m->head_bytes : 0);
     }
 }
 

@@ -61,6 +61,7 @@ typedef struct split_part {
     int64_t ff0, ff1;            /* tensor: dense FFN columns */
     int exp0, exp1;              /* tensor: routed experts */
     uint64_t need, avail;        /* bytes the part needs, bytes the device offers */
+    double share;                /* tensor: the part's fraction of every cut (split_cut) */
 } split_part;
 
 typedef struct split_plan {
@@ -74,6 +75,17 @@ typedef struct split_plan {
  * is share i (begin has n + 1 entries).  A zero weight gets an empty
  * share; all-zero weights count as equal. */
 void split_shares(int64_t total, int64_t granule, const double *weights, int n, int64_t *begin);
+
+/* As split_shares, but every share gets at least one granule when total
+ * holds n of them: a tensor split's part without a KV head or an FFN
+ * column would have nothing to run in that sublayer. */
+void split_shares_min1(int64_t total, int64_t granule, const double *weights, int n, int64_t *begin);
+
+/* Tensor split: part's range [*b0, *b1) of total units cut in granules
+ * by the parts' shares (split_shares_min1); the plan's heads, FFN columns
+ * and experts are these cuts, and so is any other width cut the same way
+ * (a shared expert's FFN, split_view.c). */
+void split_cut(const split_plan *plan, int part, int64_t total, int64_t granule, int64_t *b0, int64_t *b1);
 
 /* Plans the request.  HYDRA_ERR_INVALID_ARG for a bad mode, device count,
  * main GPU or ratio; HYDRA_ERR_RANGE, naming the device and every part's
@@ -91,6 +103,25 @@ hydra_status split_model_of(split_model *m, uint64_t **layer_bytes, const model_
 
 /* "3,1" into ratios (at most max); the count, or -1 on a malformed list. */
 int split_parse_ratios(const char *text, float *ratios, int max);
+
+/* --- a tensor split's part as a model of its own (split_view.c): hp with
+ * the part's KV heads (and their query heads) and FFN widths; Q/K/V rows,
+ * attention output columns, FFN gate/up rows and down columns of the
+ * part; routed expert stacks of [exp0, exp1) (ne[2] the part's count);
+ * the attention output bias and the output head on the main part only.
+ * Row slices point into w's mapping; column slices are host copies the
+ * view owns (F32 where a head boundary cuts a quant block).  w must
+ * outlive the view. */
+typedef struct split_view {
+    model_weights w;
+    layer_weights *layer;
+    int exp0, exp1;
+    void **buf;                  /* the copies */
+    int n_buf, cap_buf;
+} split_view;
+
+hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part);
+void split_view_free(split_view *v); /* safe on a zeroed or freed view */
 
 /* --- split states, cached by the step's structure.  A state says, for one
  * step shape, what each part moves: rows of the hidden state across a

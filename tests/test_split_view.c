@@ -1,0 +1,263 @@
+/*
+ * test_split_view.c — -sm tensor's partition without a GPU (src/split.h,
+ * split_view.c): on the shared models, every part's view is checked
+ * against the model's own tensors — Q/K/V rows and their biases, the
+ * attention output's and FFN down's columns (decoded by the reference
+ * dequantiser, so the F32 fallback of a head boundary inside a quant block
+ * is checked too), the shared expert, the routed experts and their down
+ * bias, the summed biases and the head on the main part only — with equal
+ * and uneven -ts; a split with fewer KV heads than devices, and one that
+ * cannot fit, say so with the numbers; latent attention is refused.
+ */
+#include "test.h"
+#include "util.h"
+
+#include "error.h"
+#include "quant.h"
+#include "split.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct loaded {
+    hydra_model *model;
+    model_weights w;
+} loaded;
+
+static hydra_status load(const char *name, loaded *ld)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    memset(ld, 0, sizeof *ld);
+    hydra_status st = hydra_model_open(&ld->model, &mp);
+    return st == HYDRA_OK ? weights_bind(&ld->w, ld->model) : st;
+}
+
+static void unload(loaded *ld)
+{
+    weights_free(&ld->w);
+    hydra_model_close(ld->model);
+}
+
+static hydra_status plan_of(const model_weights *w, const float *ts, int main_gpu, split_plan *p)
+{
+    split_model m;
+    uint64_t *lb = NULL;
+    const uint64_t avail[2] = {1ull << 40, 1ull << 40};
+    hydra_status st = split_model_of(&m, &lb, w, 256, 64, QT_F16, false);
+    const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 2, .avail = avail, .ratios = ts, .main_gpu = main_gpu};
+    if (st == HYDRA_OK)
+        st = split_plan_make(p, &m, &r);
+    free(lb);
+    return st;
+}
+
+/* Values [c0, c0 + n) of row r of t, decoded. */
+static void row_values(const wtensor *t, int64_t r, int64_t c0, int64_t n, float *out)
+{
+    float *all = malloc(sizeof(float) * (size_t)t->ne[0]);
+    quant_traits_of(t->type)->to_float(t->data + (size_t)r * t->row_bytes, all, t->ne[0]);
+    memcpy(out, all + c0, sizeof(float) * (size_t)n);
+    free(all);
+}
+
+/* Every row of the view's column slice equals columns [c0, c0 + its
+ * width) of the model's tensor, value for value. */
+static bool cols_match(const wtensor *whole, const wtensor *part, int64_t c0)
+{
+    if (whole->data == NULL)
+        return part->data == NULL;
+    const int64_t n = part->ne[0];
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    bool same = part->ne[1] == whole->ne[1];
+    for (int64_t r = 0; same && r < whole->ne[1] * whole->ne[2]; r++) {
+        row_values(whole, r, c0, n, a);
+        row_values(part, r, 0, n, b);
+        same = memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+    }
+    free(a);
+    free(b);
+    return same;
+}
+
+/* The view's rows are rows [r0, ..) of the model's (a pointer into it). */
+static bool rows_at(const wtensor *whole, const wtensor *part, int64_t r0)
+{
+    if (whole->data == NULL)
+        return part->data == NULL;
+    const bool vector = whole->ne[1] == 1;
+    return part->data == whole->data + (size_t)r0 * (vector ? sizeof(float) : whole->row_bytes);
+}
+
+typedef struct sums {
+    int64_t kv, q_rows, out_cols, ff, shexp, experts;
+} sums;
+
+static void check_part(test_ctx *t_, const model_weights *w, const split_plan *p, int i, sums *s)
+{
+    split_view v;
+    CHECK_OK(split_view_make(&v, w, p, i));
+    const arch_hparams *hp = &w->hp;
+    const split_part *q = &p->part[i];
+    const int64_t group = hp->n_head / hp->n_head_kv, dq = group * hp->head_dim_k, dv = group * hp->head_dim_v;
+    CHECK_EQ_INT(v.w.hp.n_head_kv, q->head1 - q->head0);
+    CHECK_EQ_INT(v.w.hp.n_head, (q->head1 - q->head0) * group);
+    CHECK(q->head1 > q->head0); /* at least one KV head each */
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *a = &w->layer[l], *b = &v.layer[l];
+        CHECK(rows_at(&a->w[W_ATTN_Q], &b->w[W_ATTN_Q], q->head0 * dq));
+        CHECK(rows_at(&a->w[W_ATTN_Q_BIAS], &b->w[W_ATTN_Q_BIAS], q->head0 * dq));
+        CHECK(rows_at(&a->w[W_ATTN_K], &b->w[W_ATTN_K], q->head0 * (int64_t)hp->head_dim_k));
+        CHECK(rows_at(&a->w[W_ATTN_K_BIAS], &b->w[W_ATTN_K_BIAS], q->head0 * (int64_t)hp->head_dim_k));
+        CHECK(rows_at(&a->w[W_ATTN_V], &b->w[W_ATTN_V], q->head0 * (int64_t)hp->head_dim_v));
+        CHECK(rows_at(&a->w[W_ATTN_SINKS], &b->w[W_ATTN_SINKS], q->head0 * group));
+        CHECK(cols_match(&a->w[W_ATTN_OUT], &b->w[W_ATTN_OUT], q->head0 * dv));
+        CHECK((b->w[W_ATTN_OUT_BIAS].data != NULL) == (q->head && a->w[W_ATTN_OUT_BIAS].data != NULL));
+        const int64_t f0 = b->w[W_SHEXP_UP].data != NULL ? (b->w[W_SHEXP_UP].data - a->w[W_SHEXP_UP].data) /
+                                                             (int64_t)a->w[W_SHEXP_UP].row_bytes : 0;
+        CHECK(cols_match(&a->w[W_SHEXP_DOWN], &b->w[W_SHEXP_DOWN], f0));
+        CHECK(rows_at(&a->w[W_SHEXP_GATE], &b->w[W_SHEXP_GATE], f0));
+        CHECK(b->w[W_MOE_DOWN].data == a->w[W_MOE_DOWN].data + (size_t)q->exp0 * a->w[W_MOE_DOWN].mat_bytes);
+        CHECK_EQ_INT(b->w[W_MOE_GATE].ne[2], q->exp1 - q->exp0);
+        const wtensor *bias = &b->w[W_MOE_DOWN_BIAS];
+        for (int e = 0; bias->data != NULL && e < (int)hp->n_expert; e++) {
+            const bool own = e >= q->exp0 && e < q->exp1;
+            const uint8_t *row = bias->data + (size_t)e * bias->row_bytes;
+            const float *orig = wt_f32(&a->w[W_MOE_DOWN_BIAS]) + (size_t)e * hp->n_embd;
+            bool zero = true, same = memcmp(row, orig, bias->row_bytes) == 0;
+            for (uint32_t d = 0; d < hp->n_embd; d++)
+                zero &= ((const float *)row)[d] == 0.0f;
+            CHECK(own ? same : zero);
+        }
+    }
+    CHECK((v.w.global[W_OUTPUT].data != NULL) == (q->head && w->global[W_OUTPUT].data != NULL));
+    CHECK(v.w.global[W_TOKEN_EMBD].data == w->global[W_TOKEN_EMBD].data);
+    s->kv += v.w.hp.n_head_kv;
+    s->q_rows += v.layer[0].w[W_ATTN_Q].ne[1];
+    s->out_cols += v.layer[0].w[W_ATTN_OUT].ne[0];
+    s->shexp += v.layer[0].w[W_SHEXP_DOWN].data != NULL ? v.layer[0].w[W_SHEXP_DOWN].ne[0] : 0;
+    s->experts += v.exp1 - v.exp0;
+    split_view_free(&v);
+}
+
+static void check_model(test_ctx *t_, const char *name)
+{
+    loaded ld;
+    CHECK_OK(load(name, &ld));
+    static const float equal[2] = {1, 1}, uneven[2] = {3, 1};
+    const float *ts[2] = {equal, uneven};
+    for (int k = 0; k < 2; k++)
+        for (int main_gpu = 0; main_gpu < 2; main_gpu++) {
+            split_plan p;
+            CHECK_OK(plan_of(&ld.w, ts[k], main_gpu, &p));
+            CHECK_EQ_INT(p.n_part, 2);
+            sums s = {0};
+            for (int i = 0; i < p.n_part; i++)
+                check_part(t_, &ld.w, &p, i, &s);
+            const wtensor *shexp = &ld.w.layer[0].w[W_SHEXP_DOWN];
+            CHECK_EQ_INT(s.kv, ld.w.hp.n_head_kv);
+            CHECK_EQ_INT(s.q_rows, ld.w.layer[0].w[W_ATTN_Q].ne[1]);
+            CHECK_EQ_INT(s.out_cols, ld.w.layer[0].w[W_ATTN_OUT].ne[0]);
+            CHECK_EQ_INT(s.shexp, shexp->data != NULL ? shexp->ne[0] : 0);
+            CHECK_EQ_INT(s.experts, ld.w.hp.n_expert);
+        }
+    unload(&ld);
+}
+
+/* Q5_K output projection, 128 columns per KV head: the F32 fallback. */
+TEST(split_view_qwen3moe_kq_q4_k_m)
+{
+    REQUIRE_SHARED();
+    check_model(TEST_CTX, "qwen3moe-kq-q4_k_m");
+}
+
+/* Q/K/V biases and a shared expert with its gate. */
+TEST(split_view_qwen2moe_tiny_q8_0)
+{
+    REQUIRE_SHARED();
+    check_model(TEST_CTX, "qwen2moe-tiny-q8_0");
+}
+
+/* Sinks, the output bias, per-expert biases, MXFP4 experts. */
+TEST(split_view_gptoss_tiny_mxfp4)
+{
+    REQUIRE_SHARED();
+    check_model(TEST_CTX, "gptoss-tiny-mxfp4");
+}
+
+TEST(split_view_mixtral_tiny_q4_0)
+{
+    REQUIRE_SHARED();
+    check_model(TEST_CTX, "mixtral-tiny-q4_0");
+}
+
+TEST(split_view_refuses_latent_attention)
+{
+    REQUIRE_SHARED();
+    loaded ld;
+    CHECK_OK(load("deepseek2-tiny-q8_0", &ld));
+    split_plan p = {.mode = SPLIT_TENSOR, .n_part = 1};
+    p.part[0] = (split_part){.layer1 = (int)ld.w.hp.n_layer, .head1 = 1, .exp1 = (int)ld.w.hp.n_expert,
+                             .head = true, .embed = true, .share = 1.0};
+    split_view v;
+    CHECK_EQ_INT(split_view_make(&v, &ld.w, &p, 0), HYDRA_ERR_UNSUPPORTED);
+    CHECK(strstr(hydra_last_error(), "latent attention") != NULL);
+    unload(&ld);
+}
+
+/* Uneven -ts: every part keeps at least one unit of each cut, the rest
+ * follows the ratios; too few KV heads for the devices says so. */
+TEST(split_tensor_min_one_unit_and_too_few_heads)
+{
+    int64_t b[4];
+    const double w31[2] = {3, 1}, w100[3] = {100, 1, 1};
+    split_shares_min1(2, 1, w31, 2, b);
+    CHECK_EQ_INT(b[1], 1); /* plain shares would give the 1/4 part no head */
+    split_shares_min1(768, 256, w100, 3, b);
+    CHECK_EQ_INT(b[1], 256);
+    CHECK_EQ_INT(b[2], 512);
+    CHECK_EQ_INT(b[3], 768);
+    split_shares_min1(96, 32, w31, 2, b); /* 3 blocks: 2 + 1 */
+    CHECK_EQ_INT(b[1], 64);
+    uint64_t lb[4] = {1, 1, 1, 1};
+    const split_model m = {.n_layer = 4, .layer_bytes = lb, .n_head_kv = 2, .n_ff = 512, .ff_granule = 32,
+                           .n_expert = 8};
+    const uint64_t avail[3] = {1ull << 40, 1ull << 40, 1ull << 40};
+    split_plan p;
+    const split_request three = {.mode = SPLIT_TENSOR, .n_dev = 3, .avail = avail, .main_gpu = 0};
+    CHECK_EQ_INT(split_plan_make(&p, &m, &three), HYDRA_ERR_INVALID_ARG);
+    CHECK(strstr(hydra_last_error(), "2 KV heads cannot be shared by 3 devices") != NULL);
+    const float ts[3] = {1, 0, 1}; /* a zero share takes no part */
+    const split_request two = {.mode = SPLIT_TENSOR, .n_dev = 3, .avail = avail, .ratios = ts, .main_gpu = 2};
+    CHECK_OK(split_plan_make(&p, &m, &two));
+    CHECK_EQ_INT(p.n_part, 2);
+    CHECK_EQ_INT(p.part[1].device, 2);
+    CHECK(p.part[1].head && !p.part[0].head);
+    const float no_main[3] = {1, 1, 0};
+    const split_request bad = {.mode = SPLIT_TENSOR, .n_dev = 3, .avail = avail, .ratios = no_main, .main_gpu = 2};
+    CHECK_EQ_INT(split_plan_make(&p, &m, &bad), HYDRA_ERR_INVALID_ARG);
+    CHECK(strstr(hydra_last_error(), "-sm tensor: the main GPU 2") != NULL);
+}
+
+TEST(split_tensor_cannot_fit_names_the_numbers)
+{
+    uint64_t lb[8];
+    for (int l = 0; l < 8; l++)
+        lb[l] = 1ull << 30;
+    const split_model m = {.n_layer = 8, .layer_bytes = lb, .embed_bytes = 1ull << 29, .head_bytes = 1ull << 29,
+                           .n_head_kv = 4, .n_ff = 6144, .ff_granule = 256, .n_expert = 128};
+    const uint64_t avail[2] = {8ull << 30, 4ull << 30};
+    const float ts[2] = {1, 1};
+    split_plan p;
+    const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 2, .avail = avail, .ratios = ts, .main_gpu = 0};
+    CHECK_EQ_INT(split_plan_make(&p, &m, &r), HYDRA_ERR_RANGE);
+    /* each part: half of 8 GiB of layers plus the embedding; the head on 0 */
+    const char *msg = hydra_last_error();
+    CHECK(strstr(msg, "-sm tensor: device 1 needs 4.50 GiB") != NULL);
+    CHECK(strstr(msg, "KV heads 2-3") != NULL);
+    CHECK(strstr(msg, "experts 64-127") != NULL);
+    CHECK(strstr(msg, "has 4.00 GiB") != NULL);
+}
