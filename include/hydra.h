@@ -339,6 +339,18 @@ HYDRA_API void hydra_session_clear(hydra_session *session);
  * and evaluate again). */
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *session, uint32_t n_past);
 
+/* The CUDA backend's step counters: steps run, steps captured as a CUDA
+ * graph (one per step structure: tokens in the step, context bucket, which
+ * logits rows; src/gpu/gpu_graph.c) and steps replayed from one, graphs held.  A
+ * steady state (decode, or speculative verify at one width) captures
+ * nothing.  All zero on the CPU. */
+typedef struct hydra_graph_stats {
+    uint64_t steps, captures, replays;
+    uint32_t graphs_cached;
+} hydra_graph_stats;
+
+HYDRA_API hydra_status hydra_session_graph_stats(const hydra_session *session, hydra_graph_stats *out);
+
 /* Saving and restoring a session's cache (hydra-serve's slot files): the
  * positions evaluated so far with their keys and values, as a versioned
  * byte stream (src/kv_state.h) that hydra_session_state_read puts back
@@ -727,8 +739,8 @@ HYDRA_API hydra_status hydra_spec_check_vocab(const hydra_model *target, const h
 
 /* A speculative decoder over two sessions the caller owns (they must
  * outlive it and are not to be evaluated by anyone else while it runs).
- * draft NULL asks for the target's own MTP/NextN heads (HYDRA_ERR_UNSUPPORTED
- * until they are built).  HYDRA_ERR_INVALID_ARG for sessions of different
+ * draft NULL asks for the target's own MTP/NextN block (HYDRA_ERR_UNSUPPORTED
+ * for a model without one; on the target's GPU when it runs on CUDA).  HYDRA_ERR_INVALID_ARG for sessions of different
  * vocabulary sizes or a parameter out of range (named). */
 HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draft,
                                       const hydra_sampler_params *sampling, const hydra_spec_params *params,
@@ -778,6 +790,8 @@ typedef struct hydra_spec_stats {
     uint64_t n_generated;   /* tokens handed out (accepted + one per step) */
     uint64_t n_verify_rows; /* rows of the verify passes, padding included */
     uint32_t n_widths;      /* distinct verify widths used (one CUDA graph each) */
+    uint64_t n_captures;    /* CUDA graphs captured since hydra_spec_new by the target, the draft
+                               session and the MTP block (0 on the CPU); flat in a steady state */
     double draft_ms, verify_ms;
 } hydra_spec_stats;
 

@@ -8,11 +8,18 @@
  * reach forward() as the rows of an F32 "embedding table" looked up by row
  * index.  Its cache and working buffers are its own; its thread pool is
  * the target's, idle while the drafter runs.
+ *
+ * When the target runs on CUDA the same view runs as a device session of
+ * its own (src/gpu/gpu_mtp.h): the x rows are made on the device from the
+ * target's residual rows, and only the last row's logits come back.  A
+ * fixed width (mtp_set_width) pads the catch-up rows so that every
+ * catch-up replays one captured graph.
  */
 #include "mtp.h"
 
 #include "error.h"
 #include "forward.h"
+#include "gpu/gpu_mtp.h"
 #include "quant.h"
 #include "session_hidden.h"
 
@@ -41,6 +48,7 @@ struct mtp_drafter {
     int64_t n_past;       /* rows in the cache */
     int64_t n_true;       /* of them, rows from the target's states */
     int64_t logits_row;   /* the row whose logits and state are held; -1: none */
+    gpu_mtp *gpu;         /* the block on the target's device; NULL on the CPU */
 };
 
 /* ------------------------------------------------------------ setup */
@@ -49,6 +57,7 @@ void mtp_free(mtp_drafter *m)
 {
     if (m == NULL)
         return;
+    gpu_mtp_free(m->gpu);
     fwd_free(&m->f);
     kv_free(&m->kv);
     act_free(&m->cat_act);
@@ -97,7 +106,8 @@ static hydra_status alloc_buffers(mtp_drafter *m)
 {
     const size_t nb = (size_t)m->parts.n_batch, ne = (size_t)m->n_embd;
     bool ok = true;
-    m->in = floats(nb * ne, &ok);
+    m->in = calloc(nb * ne, sizeof(float)); /* zeros: the device copy's padding rows read them */
+    ok = m->in != NULL;
     m->cat = floats(nb * 2 * ne, &ok);
     m->h = floats(nb * ne, &ok);
     m->e = floats(ne, &ok);
@@ -110,6 +120,17 @@ static hydra_status alloc_buffers(mtp_drafter *m)
     for (size_t i = 0; i < nb; i++)
         m->row_ids[i] = (int32_t)i;
     return HYDRA_OK;
+}
+
+/* The CPU block's cache, pass buffers and concatenated rows. */
+static hydra_status cpu_parts(mtp_drafter *m)
+{
+    hydra_status st = kv_init(&m->kv, &m->w, m->parts.kv_type, m->parts.n_ctx, m->parts.n_batch);
+    if (st == HYDRA_OK)
+        st = fwd_init(&m->f, &m->w, m->parts.n_batch, m->parts.n_ctx, m->parts.n_threads);
+    if (st == HYDRA_OK)
+        st = act_init(&m->cat_act, &m->w, 2 * m->n_embd, m->parts.n_batch);
+    return st;
 }
 
 hydra_status mtp_new(hydra_session *target, mtp_drafter **out)
@@ -131,14 +152,12 @@ hydra_status mtp_new(hydra_session *target, mtp_drafter **out)
                            .last_h_row = -1, .logits_row = -1};
         st = alloc_buffers(m);
     }
-    if (st == HYDRA_OK) {
+    if (st == HYDRA_OK)
         make_view(m, tw);
-        st = kv_init(&m->kv, &m->w, m->parts.kv_type, m->parts.n_ctx, m->parts.n_batch);
-    }
-    if (st == HYDRA_OK)
-        st = fwd_init(&m->f, &m->w, m->parts.n_batch, m->parts.n_ctx, m->parts.n_threads);
-    if (st == HYDRA_OK)
-        st = act_init(&m->cat_act, &m->w, 2 * m->n_embd, m->parts.n_batch);
+    if (st == HYDRA_OK && m->parts.gpu != NULL)
+        st = gpu_mtp_create(&m->gpu, m->parts.gpu, tw, &m->w, &tw->nextn[0]);
+    else if (st == HYDRA_OK)
+        st = cpu_parts(m);
     if (st != HYDRA_OK) {
         mtp_free(m);
         return st;
@@ -195,6 +214,44 @@ static hydra_status target_state(mtp_drafter *m, int64_t i, float *h)
     return HYDRA_OK;
 }
 
+static hydra_status cpu_sync_rows(mtp_drafter *m, const hydra_token *tokens, int64_t pos0, int64_t rows)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        hydra_status st = target_state(m, pos0 + r, m->h + r * m->n_embd);
+        if (st != HYDRA_OK)
+            return st;
+    }
+    run_rows(m, tokens, m->h, rows, pos0);
+    memcpy(m->last_h, m->h + (rows - 1) * m->n_embd, sizeof(float) * (size_t)m->n_embd);
+    return HYDRA_OK;
+}
+
+/* Rows on the device (gpu_mtp_rows pads catch-up rows to the width). */
+static hydra_status gpu_rows(mtp_drafter *m, const hydra_token *tokens, int64_t n, int64_t pos0, gpu_mtp_source src,
+                             int64_t row0)
+{
+    hydra_status st = gpu_mtp_rows(m->gpu, tokens, n, pos0, src, row0, m->logits);
+    if (st != HYDRA_OK)
+        return st;
+    m->n_past = pos0 + n;
+    m->logits_row = m->n_past - 1;
+    return HYDRA_OK;
+}
+
+/* The states of rows pos0 .. are the target's last step's rows (on its
+ * device), or, for the row of the last catch-up alone, the kept one. */
+static hydra_status gpu_sync_rows(mtp_drafter *m, const hydra_token *tokens, int64_t pos0, int64_t rows)
+{
+    const int64_t first = session_hidden_index(m->target, pos0);
+    if (first >= 0 && session_hidden_index(m->target, pos0 + rows - 1) == first + rows - 1)
+        return gpu_rows(m, tokens, rows, pos0, GPU_MTP_TARGET, first);
+    if (rows == 1 && pos0 == m->last_h_row)
+        return gpu_rows(m, tokens, 1, pos0, GPU_MTP_KEPT, 0);
+    return hydra_fail(HYDRA_ERR_INVALID_ARG, "MTP drafter: the target's hidden states of positions %lld .. %lld are "
+                      "not among its last step's rows (was the target evaluated outside the decoder?)",
+                      (long long)pos0, (long long)(pos0 + rows - 1));
+}
+
 hydra_status mtp_sync(mtp_drafter *m, const hydra_token *tokens, int64_t n)
 {
     if (n < 0 || n > m->parts.n_ctx)
@@ -211,14 +268,14 @@ hydra_status mtp_sync(mtp_drafter *m, const hydra_token *tokens, int64_t n)
         const int64_t pos0 = m->n_true, rows = n - pos0 < m->parts.n_batch ? n - pos0 : m->parts.n_batch;
         for (int64_t r = 0; r < rows; r++) {
             hydra_status st = check_token(m, tokens[pos0 + r + 1], pos0 + r);
-            if (st == HYDRA_OK)
-                st = target_state(m, pos0 + r, m->h + r * m->n_embd);
             if (st != HYDRA_OK)
                 return st;
         }
-        run_rows(m, tokens + pos0 + 1, m->h, rows, pos0);
+        hydra_status st = m->gpu ? gpu_sync_rows(m, tokens + pos0 + 1, pos0, rows)
+                                 : cpu_sync_rows(m, tokens + pos0 + 1, pos0, rows);
+        if (st != HYDRA_OK)
+            return st;
         m->n_true = pos0 + rows;
-        memcpy(m->last_h, m->h + (rows - 1) * m->n_embd, sizeof(float) * (size_t)m->n_embd);
         m->last_h_row = m->n_true - 1;
     }
     return HYDRA_OK;
@@ -234,6 +291,8 @@ hydra_status mtp_chain(mtp_drafter *m, hydra_token t)
     hydra_status st = check_token(m, t, m->n_past);
     if (st != HYDRA_OK)
         return st;
+    if (m->gpu != NULL)
+        return gpu_rows(m, &t, 1, m->n_past, GPU_MTP_CHAIN, 0);
     memcpy(m->h, m->state, sizeof(float) * (size_t)m->n_embd);
     run_rows(m, &t, m->h, 1, m->n_past);
     return HYDRA_OK;
@@ -264,4 +323,18 @@ void mtp_truncate(mtp_drafter *m, int64_t n)
 int64_t mtp_n_batch(const mtp_drafter *m)
 {
     return m != NULL ? m->parts.n_batch : 0;
+}
+
+hydra_status mtp_set_width(mtp_drafter *m, int64_t width)
+{
+    return m != NULL && m->gpu != NULL ? gpu_mtp_set_width(m->gpu, width) : HYDRA_OK;
+}
+
+uint64_t mtp_graph_captures(const mtp_drafter *m)
+{
+    if (m == NULL || m->gpu == NULL)
+        return 0;
+    gpu_stats st;
+    gpu_mtp_stats(m->gpu, &st);
+    return st.captures;
 }

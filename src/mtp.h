@@ -30,9 +30,10 @@
 typedef struct mtp_drafter mtp_drafter;
 
 /* A drafter over target's first MTP block, its own cache as long as the
- * target's context.  HYDRA_ERR_UNSUPPORTED when the model has no bound MTP
- * block or the target runs on CUDA.  From now on the target keeps the
- * hidden states of its steps. */
+ * target's context; on the target's device when it runs on CUDA
+ * (src/gpu/gpu_mtp.h).  HYDRA_ERR_UNSUPPORTED when the model has no bound
+ * MTP block or the target is split over several GPUs.  From now on the
+ * target keeps the hidden states of its steps. */
 hydra_status mtp_new(hydra_session *target, mtp_drafter **out);
 void mtp_free(mtp_drafter *m);
 
@@ -59,5 +60,14 @@ void mtp_truncate(mtp_drafter *m, int64_t n);
 
 /* The most rows one step evaluates (the target's n_batch). */
 int64_t mtp_n_batch(const mtp_drafter *m);
+
+/* On CUDA, catch-up steps evaluate width rows (padded; the speculative
+ * decoder's verify width) where the context and n_batch allow, so that
+ * one captured graph serves them all; 0: the rows needed.  The CPU
+ * ignores it (a padded CPU row is only extra work). */
+hydra_status mtp_set_width(mtp_drafter *m, int64_t width);
+
+/* CUDA graphs the drafter's block session captured (0 on the CPU). */
+uint64_t mtp_graph_captures(const mtp_drafter *m);
 
 #endif

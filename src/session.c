@@ -40,8 +40,9 @@ struct hydra_session {
     int64_t n_past;
     float *logits; /* n_vocab: the last evaluated position */
     bool have_logits;
-    float *hidden; /* n_batch x n_embd: the last step's final hidden rows (session_keep_hidden); NULL: not kept */
-    int64_t hidden_pos0, hidden_n; /* their positions */
+    bool keep_hidden; /* session_keep_hidden was called */
+    float *hidden; /* n_batch x n_embd: the last step's final hidden rows on the CPU; NULL: not kept */
+    int64_t hidden_pos0, hidden_n; /* their positions (on CUDA: of the device session's rows) */
     /* A batched step's per-sequence descriptors and logits rows when this
      * session leads the batch: grown to the largest batch seen, kept, so a
      * server's steady state allocates nothing per step. */
@@ -259,9 +260,10 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
  * in f.x (forward.h). */
 static void keep_hidden_rows(hydra_session *s, int64_t n)
 {
-    if (s->hidden == NULL)
+    if (!s->keep_hidden)
         return;
-    memcpy(s->hidden, s->f.x, sizeof(float) * (size_t)n * s->w.hp.n_embd);
+    if (s->hidden != NULL)
+        memcpy(s->hidden, s->f.x, sizeof(float) * (size_t)n * s->w.hp.n_embd);
     s->hidden_pos0 = s->n_past;
     s->hidden_n = n;
 }
@@ -277,21 +279,28 @@ static void drop_hidden_from(hydra_session *s, int64_t pos)
 
 hydra_status session_keep_hidden(hydra_session *s, session_parts *out)
 {
-    if (s->gpu != NULL)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "MTP drafting runs on the CPU backend only: the CUDA session does not "
-                          "hand out its hidden states yet");
-    if (s->hidden == NULL && (s->hidden = malloc(sizeof(float) * (size_t)s->n_batch * s->w.hp.n_embd)) == NULL)
+    if (s->gpu == NULL && s->hidden == NULL &&
+        (s->hidden = malloc(sizeof(float) * (size_t)s->n_batch * s->w.hp.n_embd)) == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "hidden states of %lld rows", (long long)s->n_batch);
+    s->keep_hidden = true;
     *out = (session_parts){.w = &s->w, .pool = s->pool, .kv_type = s->kv.type, .n_batch = s->n_batch,
-                           .n_ctx = s->n_ctx, .n_threads = s->n_threads};
+                           .n_ctx = s->n_ctx, .n_threads = s->n_threads, .gpu = s->gpu};
     return HYDRA_OK;
+}
+
+int64_t session_hidden_index(const hydra_session *s, int64_t pos)
+{
+    if (!s->keep_hidden || pos < s->hidden_pos0 || pos >= s->hidden_pos0 + s->hidden_n || pos >= s->n_past)
+        return -1;
+    return pos - s->hidden_pos0;
 }
 
 const float *session_hidden_row(const hydra_session *s, int64_t pos)
 {
-    if (s->hidden == NULL || pos < s->hidden_pos0 || pos >= s->hidden_pos0 + s->hidden_n || pos >= s->n_past)
+    const int64_t i = session_hidden_index(s, pos);
+    if (s->hidden == NULL || i < 0)
         return NULL;
-    return s->hidden + (size_t)(pos - s->hidden_pos0) * s->w.hp.n_embd;
+    return s->hidden + (size_t)i * s->w.hp.n_embd;
 }
 
 HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *tokens, size_t n_tokens, float *logits)
@@ -312,8 +321,11 @@ HYDRA_API hydra_status hydra_session_eval(hydra_session *s, const int32_t *token
         float *out = logits ? logits + done * n_vocab : s->logits;
         if (s->gpu != NULL) {
             hydra_status st = gpu_forward(s->gpu, s->n_past, tokens + done, n, logits != NULL, out);
-            if (st != HYDRA_OK)
+            if (st != HYDRA_OK) {
+                s->hidden_n = 0; /* the device rows are a failed step's */
                 return st;
+            }
+            keep_hidden_rows(s, n); /* the rows stay in the device session's scratch */
         } else {
             forward(&s->w, s->pool, &s->kv, &s->f, s->n_past, tokens + done, n, logits != NULL, out);
             keep_hidden_rows(s, n);
@@ -561,6 +573,18 @@ HYDRA_API hydra_status hydra_session_save_expert_profile(const hydra_session *s,
 HYDRA_API uint64_t hydra_session_kv_bytes(const hydra_session *s)
 {
     return s ? s->kv.n_bytes : 0;
+}
+
+HYDRA_API hydra_status hydra_session_graph_stats(const hydra_session *s, hydra_graph_stats *out)
+{
+    if (s == NULL || out == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_session_graph_stats: a session and out are required");
+    gpu_stats g = {0};
+    if (s->gpu != NULL)
+        gpu_session_stats(s->gpu, &g);
+    *out = (hydra_graph_stats){.steps = g.steps, .captures = g.captures, .replays = g.replays,
+                               .graphs_cached = (uint32_t)g.graphs_cached};
+    return HYDRA_OK;
 }
 
 HYDRA_API hydra_status hydra_session_truncate(hydra_session *s, uint32_t n_past)

@@ -62,6 +62,7 @@ struct hydra_spec {
     float *rows;                   /* [(n_draft_max + 1) x n_vocab] its logits */
     bool *width_seen;              /* [n_draft_max + 2] */
     int32_t n_draft, width;        /* of the verify batch handed out; width 0: none */
+    uint64_t captures0;            /* graphs captured by the sessions before hydra_spec_new */
     hydra_spec_stats stats;
 };
 
@@ -201,6 +202,16 @@ static hydra_status set_sampling(hydra_spec *s, const hydra_sampler_params *samp
     return HYDRA_OK;
 }
 
+/* CUDA graphs captured so far by every session the decoder drives. */
+static uint64_t captures(const hydra_spec *s)
+{
+    hydra_graph_stats t = {0}, d = {0};
+    hydra_session_graph_stats(s->target, &t);
+    if (s->draft != NULL)
+        hydra_session_graph_stats(s->draft, &d);
+    return t.captures + d.captures + mtp_graph_captures(s->mtp);
+}
+
 HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draft,
                                       const hydra_sampler_params *sampling, const hydra_spec_params *params,
                                       hydra_spec **out)
@@ -223,6 +234,8 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
         st = hydra_fail(HYDRA_ERR_INVALID_ARG, "MTP drafting: the target's n_batch %lld must be at least "
                         "n_draft_max + 1 = %d (a verify pass is one step)", (long long)mtp_n_batch(s->mtp),
                         (int)params->n_draft_max + 1);
+    if (st == HYDRA_OK && s->mtp != NULL && params->fixed_width)
+        st = mtp_set_width(s->mtp, (int64_t)params->n_draft_max + 1); /* its catch-ups too: one graph */
     if (st == HYDRA_OK && !alloc_buffers(s))
         st = hydra_fail(HYDRA_ERR_NOMEM, "speculative decoder: %d drafts over %d tokens", (int)params->n_draft_max,
                         (int)s->n_vocab);
@@ -230,14 +243,18 @@ HYDRA_API hydra_status hydra_spec_new(hydra_session *target, hydra_session *draf
         hydra_spec_free(s);
         return st;
     }
+    s->captures0 = captures(s);
     *out = s;
     return HYDRA_OK;
 }
 
 HYDRA_API void hydra_spec_get_stats(const hydra_spec *s, hydra_spec_stats *out)
 {
-    if (out != NULL)
-        *out = s != NULL ? s->stats : (hydra_spec_stats){0};
+    if (out == NULL)
+        return;
+    *out = s != NULL ? s->stats : (hydra_spec_stats){0};
+    if (s != NULL)
+        out->n_captures = captures(s) - s->captures0;
 }
 
 /* ------------------------------------------------------------ start */

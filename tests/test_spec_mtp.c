@@ -59,14 +59,20 @@ static hydra_status open_path(const char *path, hydra_model **m)
     return hydra_model_open(m, &mp);
 }
 
-static hydra_status make_session(const hydra_model *m, uint32_t n_batch, hydra_session **s)
+static hydra_status make_session_on(const hydra_model *m, uint32_t n_batch, hydra_backend backend, hydra_session **s)
 {
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = 128;
     p.n_batch = n_batch;
     p.n_threads = 2;
     p.kv_type = HYDRA_KV_F32;
+    p.backend = backend;
     return hydra_session_create(s, m, &p);
+}
+
+static hydra_status make_session(const hydra_model *m, uint32_t n_batch, hydra_session **s)
+{
+    return make_session_on(m, n_batch, HYDRA_BACKEND_CPU, s);
 }
 
 static hydra_sampler_params greedy_params(void)
@@ -89,12 +95,12 @@ static int32_t argmax(const float *x, int64_t n)
 
 /* Plain greedy decoding with the sampler the decoder uses (ties broken
  * the same way). */
-static hydra_status plain_greedy(const hydra_model *m, hydra_token *out)
+static hydra_status plain_greedy(const hydra_model *m, hydra_backend backend, hydra_token *out)
 {
     hydra_session *s = NULL;
     hydra_sampler *sm = NULL;
     const hydra_sampler_params sp = greedy_params();
-    hydra_status st = make_session(m, 64, &s);
+    hydra_status st = make_session_on(m, 64, backend, &s);
     if (st == HYDRA_OK)
         st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
     if (st == HYDRA_OK)
@@ -109,13 +115,13 @@ static hydra_status plain_greedy(const hydra_model *m, hydra_token *out)
     return st;
 }
 
-static hydra_status mtp_greedy(const hydra_model *m, uint32_t n_batch, hydra_spec_params pp, hydra_token *out,
-                               hydra_spec_stats *stats)
+static hydra_status mtp_greedy(const hydra_model *m, hydra_backend backend, uint32_t n_batch, hydra_spec_params pp,
+                               hydra_token *out, hydra_spec_stats *stats)
 {
     hydra_session *s = NULL;
     hydra_spec *spec = NULL;
     const hydra_sampler_params sp = greedy_params();
-    hydra_status st = make_session(m, n_batch, &s);
+    hydra_status st = make_session_on(m, n_batch, backend, &s);
     if (st == HYDRA_OK)
         st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
     if (st == HYDRA_OK)
@@ -128,12 +134,14 @@ static hydra_status mtp_greedy(const hydra_model *m, uint32_t n_batch, hydra_spe
     return st;
 }
 
-TEST(spec_mtp_greedy_equals_plain)
+/* MTP greedy equals plain greedy on backend, over several draft lengths,
+ * prompt chunkings and widths. */
+static void check_greedy_runs(hydra_backend backend, test_ctx *t_)
 {
     hydra_model *m = NULL;
     CHECK_OK(mtp_model(&m));
     hydra_token want[N_GEN], got[N_GEN];
-    hydra_status st = plain_greedy(m, want);
+    hydra_status st = plain_greedy(m, backend, want);
     static const struct {
         int32_t n_draft_max;
         uint32_t n_batch; /* 4: the prompt reaches the target (and the drafter) in three steps */
@@ -145,22 +153,30 @@ TEST(spec_mtp_greedy_equals_plain)
         pp.p_min = 0;
         pp.fixed_width = runs[r].fixed_width;
         hydra_spec_stats stats = {0};
-        st = mtp_greedy(m, runs[r].n_batch, pp, got, &stats);
+        st = mtp_greedy(m, backend, runs[r].n_batch, pp, got, &stats);
         if (st != HYDRA_OK)
             break;
         for (int i = 0; i < N_GEN; i++)
-            if (want[i] != got[i])
+            if (want[i] != got[i]) {
+                hydra_model_close(m);
                 FAIL("n_draft_max %d: token %d is %d, plain greedy gives %d", (int)pp.n_draft_max, i, (int)got[i],
                      (int)want[i]);
+            }
         CHECK(stats.n_generated == N_GEN);
         CHECK(stats.n_drafted > 0);
-        printf("    n_draft_max %d, n_batch %u: %llu of %llu MTP drafts kept over %llu steps\n", (int)pp.n_draft_max,
-               runs[r].n_batch, (unsigned long long)stats.n_accepted, (unsigned long long)stats.n_drafted,
-               (unsigned long long)stats.n_steps);
+        printf("    n_draft_max %d, n_batch %u: %llu of %llu MTP drafts kept over %llu steps, %llu graphs captured\n",
+               (int)pp.n_draft_max, runs[r].n_batch, (unsigned long long)stats.n_accepted,
+               (unsigned long long)stats.n_drafted, (unsigned long long)stats.n_steps,
+               (unsigned long long)stats.n_captures);
     }
     hydra_model_close(m);
     if (st != HYDRA_OK)
         FAIL("%s", hydra_last_error());
+}
+
+TEST(spec_mtp_greedy_equals_plain)
+{
+    check_greedy_runs(HYDRA_BACKEND_CPU, TEST_CTX);
 }
 
 /* ------------------------------------------------------------ rewriting files */
@@ -631,9 +647,9 @@ TEST(spec_mtp_keeps_every_draft_when_they_agree)
     pp.n_draft_max = 3;
     pp.p_min = 0;
     hydra_spec_stats stats = {0};
-    hydra_status st = plain_greedy(agree, want);
+    hydra_status st = plain_greedy(agree, HYDRA_BACKEND_CPU, want);
     if (st == HYDRA_OK)
-        st = mtp_greedy(agree, 64, pp, got, &stats);
+        st = mtp_greedy(agree, HYDRA_BACKEND_CPU, 64, pp, got, &stats);
     hydra_model_close(agree);
     if (st != HYDRA_OK)
         FAIL("%s", hydra_last_error());
@@ -645,4 +661,124 @@ TEST(spec_mtp_keeps_every_draft_when_they_agree)
     CHECK(stats.n_drafted > 0);
     CHECK(stats.n_accepted == stats.n_drafted);
     CHECK(stats.n_steps < N_GEN);
+}
+
+/* ------------------------------------------------------------ on CUDA */
+
+/* The same runs with the target and the MTP block on the GPU: greedy MTP
+ * equals plain greedy decoding on the GPU, token for token. */
+TEST(cuda_spec_mtp_greedy_equals_plain)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    check_greedy_runs(HYDRA_BACKEND_CUDA, TEST_CTX);
+}
+
+/* The largest |a - b| over the largest |b|. */
+static double rel_diff(const float *a, const float *b, int64_t n)
+{
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* The device drafter's logits against the CPU drafter's (an independent
+ * formula check of which is test spec_mtp_draft_matches_the_formula): the
+ * prompt's catch-up rows from the target's device rows, then a chained
+ * row from the block's own output. */
+TEST(cuda_spec_mtp_logits_match_the_cpu_drafter)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    hydra_model *m = NULL;
+    CHECK_OK(mtp_model(&m));
+    hydra_session *ts[2] = {NULL, NULL};
+    mtp_drafter *md[2] = {NULL, NULL};
+    static const hydra_backend backends[2] = {HYDRA_BACKEND_CPU, HYDRA_BACKEND_CUDA};
+    hydra_status st = HYDRA_OK;
+    for (int b = 0; b < 2 && st == HYDRA_OK; b++) {
+        st = make_session_on(m, 64, backends[b], &ts[b]);
+        if (st == HYDRA_OK)
+            st = mtp_new(ts[b], &md[b]);
+        if (st == HYDRA_OK)
+            st = hydra_session_eval(ts[b], prompt, N_PROMPT - 1, NULL);
+        if (st == HYDRA_OK)
+            st = mtp_sync(md[b], prompt, N_PROMPT - 1);
+    }
+    const int64_t nv = st == HYDRA_OK ? hydra_session_n_vocab(ts[0]) : 0;
+    const double sync_diff = st == HYDRA_OK ? rel_diff(mtp_logits(md[1]), mtp_logits(md[0]), nv) : 1;
+    for (int b = 0; b < 2 && st == HYDRA_OK; b++)
+        st = mtp_chain(md[b], 250);
+    const double chain_diff = st == HYDRA_OK ? rel_diff(mtp_logits(md[1]), mtp_logits(md[0]), nv) : 1;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", hydra_last_error());
+    for (int b = 0; b < 2; b++) {
+        mtp_free(md[b]);
+        hydra_session_free(ts[b]);
+    }
+    hydra_model_close(m);
+    if (st != HYDRA_OK)
+        FAIL("%s", msg);
+    printf("    catch-up row: %.2e, chained row: %.2e (largest difference over the largest logit)\n", sync_diff,
+           chain_diff);
+    CHECK(sync_diff < 1e-4);
+    CHECK(chain_diff < 1e-4);
+}
+
+/* Speculative steps on the GPU after a warm-up capture no graph: the
+ * verify pass keeps one width, the MTP block's catch-up rows are padded to
+ * it, its chained rows are single rows; with drafts that always agree (the
+ * zeroed head norms of spec_mtp_keeps_every_draft_when_they_agree) and
+ * with drafts that never do (random weights). */
+TEST(cuda_spec_mtp_steady_state_captures_no_graph)
+{
+    if (!hydra_cuda_available())
+        SKIP("no CUDA device");
+    const char *agree_path = util_scratch_path("spec-mtp-agree-cuda.gguf");
+    CHECK_OK(write_edited_mtp_model(agree_path, zero_head_norms));
+    hydra_model *models[2] = {NULL, NULL};
+    CHECK_OK(mtp_model(&models[0]));
+    CHECK_OK(open_path(agree_path, &models[1]));
+    const hydra_sampler_params sp = greedy_params();
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 3;
+    pp.p_min = 0;
+    hydra_status st = HYDRA_OK;
+    hydra_spec_stats warm[2] = {{0}}, done[2] = {{0}};
+    for (int k = 0; k < 2 && st == HYDRA_OK; k++) {
+        hydra_session *s = NULL;
+        hydra_spec *spec = NULL;
+        hydra_token out[8];
+        size_t got = 0;
+        st = make_session_on(models[k], 64, HYDRA_BACKEND_CUDA, &s);
+        if (st == HYDRA_OK)
+            st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
+        if (st == HYDRA_OK)
+            st = hydra_spec_start(spec, prompt, N_PROMPT);
+        for (int i = 0; st == HYDRA_OK && i < 16; i++) {
+            if (i == 4)
+                hydra_spec_get_stats(spec, &warm[k]);
+            st = hydra_spec_step(spec, 8, out, &got);
+        }
+        hydra_spec_get_stats(spec, &done[k]);
+        hydra_spec_free(spec);
+        hydra_session_free(s);
+    }
+    hydra_model_close(models[0]);
+    hydra_model_close(models[1]);
+    if (st != HYDRA_OK)
+        FAIL("%s", hydra_last_error());
+    for (int k = 0; k < 2; k++)
+        printf("    %s drafts: %llu of %llu kept; graphs captured: %llu in the first 4 steps, %llu in the 12 after\n",
+               k ? "agreeing" : "random", (unsigned long long)done[k].n_accepted,
+               (unsigned long long)done[k].n_drafted, (unsigned long long)warm[k].n_captures,
+               (unsigned long long)(done[k].n_captures - warm[k].n_captures));
+    CHECK(warm[0].n_captures > 0);
+    CHECK_EQ_U64(done[0].n_captures, warm[0].n_captures);
+    CHECK_EQ_U64(done[1].n_captures, warm[1].n_captures);
+    CHECK(done[1].n_accepted == done[1].n_drafted);
+    CHECK_EQ_INT(done[0].n_widths, 1);
 }

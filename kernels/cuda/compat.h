@@ -50,6 +50,7 @@ typedef GPU_RT(GraphExec_t) gpuGraphExec_t;
 #define gpuMemGetInfo GPU_RT(MemGetInfo)
 #define gpuMemcpy GPU_RT(Memcpy)
 #define gpuMemcpyAsync GPU_RT(MemcpyAsync)
+#define gpuMemcpy2DAsync GPU_RT(Memcpy2DAsync)
 #define gpuMemset GPU_RT(Memset)
 #define gpuMemsetAsync GPU_RT(MemsetAsync)
 #define gpuStreamCreateWithFlags GPU_RT(StreamCreateWithFlags)

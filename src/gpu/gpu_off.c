@@ -5,6 +5,7 @@
  */
 #include "gpu.h"
 #include "gpu_check_ops.h"
+#include "gpu_mtp.h"
 #include "gpu_check_fused.h"
 
 #include "../error.h"
@@ -83,6 +84,38 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
 void gpu_session_stats(const gpu_session *g, gpu_stats *out)
 {
     (void)g;
+    *out = (gpu_stats){0};
+}
+
+hydra_status gpu_mtp_create(gpu_mtp **out, gpu_session *target, const model_weights *target_w,
+                            const model_weights *view, const layer_weights *mtp)
+{
+    (void)target, (void)target_w, (void)view, (void)mtp;
+    *out = NULL;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+void gpu_mtp_free(gpu_mtp *m)
+{
+    (void)m;
+}
+
+hydra_status gpu_mtp_set_width(gpu_mtp *m, int64_t width)
+{
+    (void)m, (void)width;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_mtp_rows(gpu_mtp *m, const int32_t *tokens, int64_t n, int64_t pos0, gpu_mtp_source src,
+                          int64_t row0, float *logits)
+{
+    (void)m, (void)tokens, (void)n, (void)pos0, (void)src, (void)row0, (void)logits;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+void gpu_mtp_stats(const gpu_mtp *m, gpu_stats *out)
+{
+    (void)m;
     *out = (gpu_stats){0};
 }
 
