@@ -7,6 +7,7 @@
  *   - the grid tables hold what their definitions say (levels, sign parity);
  *   - vec_dot_ref on raw random blocks (every index, sign and scale pattern)
  *     equals the double dot of the dequantised rows;
+ *   - every x86 set of these formats equals the AVX2 set bit for bit;
  *   - the dispatched matvec over odd row counts and unaligned odd strides,
  *     one block and many, equals vec_dot_ref row by row; matmul over odd
  *     row and token counts equals vec_dot bit for bit and vec_dot_ref;
@@ -28,6 +29,7 @@
 #include "../kernels/cpu/iq_blocks.h"
 #include "../kernels/cpu/iq_grids.h"
 #include "../kernels/cpu/matmul.h"
+#include "../kernels/cpu/vec_dot_iq.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -260,6 +262,72 @@ TEST(iq_matmul_on_odd_rows_and_tokens_matches_vec_dot_and_reference)
                 for (size_t k = 0; k < sizeof toks_list / sizeof toks_list[0] && ok; k++)
                     ok = matmul_case(t_, pool, iq_types[t], blocks[b], rows_list[rr], toks_list[k], &rng);
     pool_destroy(pool);
+}
+
+/* Every x86 set of these formats that runs here (the AVX-512 one on the lent
+ * machine, with its mask-register signs and vpdpwssd) against the AVX2 set,
+ * bit for bit: both take the same float step, so equal outputs mean equal
+ * integer totals.  Raw rows at an odd stride (every index, sign and scale
+ * pattern), one block and many, 1 to 8 tokens. */
+#if defined(__x86_64__)
+static bool sets_agree(test_ctx *t_, const simd_kernels *set, uint32_t type, int64_t blocks, int toks, uint64_t *rng)
+{
+    enum { ROWS = 3 };
+    const int64_t n = blocks * QK_K;
+    const size_t stride = (size_t)(blocks * quant_traits_of(type)->type_size) + 3;
+    const size_t a_stride = matmul_act_bytes(type, n) + 4;
+    uint8_t *w = malloc(stride * ROWS), *a = malloc(a_stride * (size_t)toks);
+    float want[ROWS * SIMD_GEMM_TOKENS], got[ROWS * SIMD_GEMM_TOKENS], dot = NAN, dot_avx2 = NAN;
+    for (int r = 0; r < ROWS; r++)
+        fill_raw(type, w + (size_t)r * stride, blocks, rng);
+    for (int t = 0; t < toks; t++) {
+        uint8_t *one = make_act(n, rng);
+        memcpy(a + (size_t)t * a_stride, one, matmul_act_bytes(type, n));
+        free(one);
+    }
+    simd_iq_avx2.gemm[type](n, w, stride, ROWS, a, a_stride, toks, want, ROWS);
+    set->gemm[type](n, w, stride, ROWS, a, a_stride, toks, got, ROWS);
+    simd_iq_avx2.vec_dot[type](n, &dot_avx2, w + stride, a);
+    set->vec_dot[type](n, &dot, w + stride, a);
+    bool ok = memcmp(want, got, sizeof(float) * ROWS * (size_t)toks) == 0 && memcmp(&dot, &dot_avx2, sizeof dot) == 0;
+    if (!ok)
+        test_failf(t_, __FILE__, __LINE__, "%s %s, %lld blocks, %d tokens: differs from %s", set->isa,
+                   quant_traits_of(type)->name, (long long)blocks, toks, simd_iq_avx2.isa);
+    free(w);
+    free(a);
+    return ok;
+}
+#endif
+
+TEST(iq_simd_sets_equal_avx2_set_bit_for_bit)
+{
+#if defined(__x86_64__)
+    const cpu_features *f = cpu_features_get();
+    if (!simd_iq_avx2.runs_on(f))
+        SKIP("no AVX2 here");
+    static const int64_t blocks[] = {1, 5};
+    static const int toks_list[] = {1, 2, 3, 8};
+    uint64_t rng = 0xa4093822299f31d0ull;
+    int compared = 0;
+    for (int s = 0; s < simd_kernel_set_count; s++) {
+        const simd_kernels *set = simd_kernel_sets[s];
+        if (set == &simd_iq_avx2 || !set->runs_on(f))
+            continue;
+        for (int t = 0; t < N_IQ; t++) {
+            if (set->gemm[iq_types[t]] == NULL || set->vec_dot[iq_types[t]] == NULL)
+                continue;
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
+                for (size_t k = 0; k < sizeof toks_list / sizeof toks_list[0]; k++)
+                    if (!sets_agree(t_, set, iq_types[t], blocks[b], toks_list[k], &rng))
+                        return;
+            compared++;
+        }
+    }
+    if (compared == 0)
+        SKIP("no other set of these formats runs here");
+#else
+    SKIP("x86 sets only");
+#endif
 }
 
 /* ---- quantisers ------------------------------------------------------------ */
