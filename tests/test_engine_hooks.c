@@ -12,6 +12,7 @@
 #include "moe.h"
 #include "quant.h"
 #include "test.h"
+#include "util.h"
 #include "threads.h"
 #include "weights.h"
 
@@ -240,15 +241,6 @@ TEST(engine_hooks_yarn_rope_table_matches_its_formula)
 
 /* ------------------------------------------------------------ MLA */
 
-static hydra_status open_shared(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
-
 enum { MLA_PREFILL = 5, MLA_TOKENS = MLA_PREFILL + 1, MLA_CTX = 16 };
 
 /* y = W x in double for an F32 matrix of ne {n_in, n_out}. */
@@ -351,7 +343,7 @@ typedef struct mla_fixture {
 
 static hydra_status mla_open(mla_fixture *x)
 {
-    hydra_status st = open_shared("deepseek2-tiny-f32", &x->m);
+    hydra_status st = util_open_shared_model("deepseek2-tiny-f32", &x->m);
     if (st == HYDRA_OK)
         st = weights_bind(&x->w, x->m);
     if (st == HYDRA_OK)
@@ -440,8 +432,8 @@ TEST(engine_hooks_cache_sizes_latent_and_windowed)
     REQUIRE_SHARED();
     hydra_model *ds = NULL, *oss = NULL;
     hydra_session *s1 = NULL, *s2 = NULL;
-    CHECK_OK(open_shared("deepseek2-tiny-q8_0", &ds));
-    hydra_status st = open_shared("gptoss-tiny-mxfp4", &oss);
+    CHECK_OK(util_open_shared_model("deepseek2-tiny-q8_0", &ds));
+    hydra_status st = util_open_shared_model("gptoss-tiny-mxfp4", &oss);
     if (st == HYDRA_OK)
         st = session_on(ds, 1024, 64, &s1);
     if (st == HYDRA_OK)
@@ -468,7 +460,7 @@ TEST(engine_hooks_gptoss_ring_and_rewinds)
     REQUIRE_SHARED();
     hydra_model *m = NULL;
     hydra_session *full = NULL, *ring = NULL;
-    CHECK_OK(open_shared("gptoss-tiny-f32", &m));
+    CHECK_OK(util_open_shared_model("gptoss-tiny-f32", &m));
     const uint32_t n_vocab = 905;
     int32_t prompt[OSS_PROMPT];
     for (int i = 0; i < OSS_PROMPT; i++)

@@ -7,17 +7,9 @@
 #include "gguf_builder.h"
 #include "hydra.h"
 #include "test.h"
+#include "util.h"
 
 #include <stdlib.h>
-
-static hydra_status open_shared(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
 
 static hydra_status session_with(hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s)
 {
@@ -33,7 +25,7 @@ TEST(engine_session_rejects_bad_input_and_keeps_its_state)
     REQUIRE_SHARED();
     hydra_model *m;
     hydra_session *s;
-    CHECK_OK(open_shared("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     hydra_status st = session_with(m, 16, 0, 1, &s);
     if (st != HYDRA_OK) {
         hydra_model_close(m);
@@ -124,7 +116,7 @@ TEST(engine_session_threads_and_step_size_do_not_change_logits)
     const char *const files[] = {"qwen3moe-tiny-q8_0", "qwen2moe-tiny-f32", "mixtral-tiny-f16"};
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         hydra_model *m;
-        CHECK_OK(open_shared(files[f], &m));
+        CHECK_OK(util_open_shared_model(files[f], &m));
         int32_t tokens[N];
         for (int i = 0; i < N; i++)
             tokens[i] = (i * 37 + 11) % 890;

@@ -23,8 +23,7 @@ static hydra_status open_model(const char *path, hydra_model **m)
 static hydra_status open_shared(const char *name, hydra_model **m)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    return open_model(path, m);
+    return open_model(util_shared_model_path(name, path, sizeof path), m);
 }
 
 /* What to change while copying a model. */

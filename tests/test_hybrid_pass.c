@@ -15,6 +15,7 @@
 #include "rng.h"
 #include "test.h"
 #include "threads.h"
+#include "util.h"
 #include "weights.h"
 
 #include <pthread.h>
@@ -50,11 +51,7 @@ static void case_free(pass_case *c)
 static hydra_status case_open(pass_case *c, const char *name)
 {
     memset(c, 0, sizeof *c);
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    hydra_status st = hydra_model_open(&c->m, &mp);
+    hydra_status st = util_open_shared_model(name, &c->m);
     if (st != HYDRA_OK)
         return st;
     if ((st = weights_bind(&c->w, c->m)) != HYDRA_OK) {

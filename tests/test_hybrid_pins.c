@@ -11,6 +11,7 @@
 #include "quant.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 #include "weights.h"
 
 #include <inttypes.h>
@@ -47,11 +48,7 @@ static hydra_status engine_open(engine *e, const char *name)
     memset(e, 0, sizeof *e);
     if (!ref_load(name, &e->r))
         return HYDRA_ERR_IO;
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    hydra_status st = hydra_model_open(&e->m, &mp);
+    hydra_status st = util_open_shared_model(name, &e->m);
     if (st == HYDRA_OK)
         st = weights_bind(&e->w, e->m);
     if (st == HYDRA_OK)

@@ -9,6 +9,7 @@
  */
 #include "expert_rank.h"
 #include "hybrid.h"
+#include "model_fixture.h"
 #include "placement.h"
 #include "quant.h"
 #include "test.h"
@@ -24,29 +25,7 @@ enum { N_CTX = 256, N_BATCH = 32 };
 static const char *const models[] = {"qwen3moe-kq-q4_k_m", "mixtral-tiny-q4_0", "qwen2moe-tiny-q8_0",
                                      "deepseek2-tiny-q8_0", "gptoss-tiny-mxfp4"};
 
-typedef struct fixture {
-    hydra_model *m;
-    model_weights w;
-} fixture;
-
-static hydra_status fixture_open(fixture *f, const char *name)
-{
-    memset(f, 0, sizeof *f);
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    hydra_status st = hydra_model_open(&f->m, &mp);
-    return st == HYDRA_OK ? weights_bind(&f->w, f->m) : st;
-}
-
-static void fixture_close(fixture *f)
-{
-    weights_free(&f->w);
-    hydra_model_close(f->m);
-}
-
-static placement_input input(const fixture *f, uint64_t budget, const expert_rank *rank)
+static placement_input input(const model_fixture *f, uint64_t budget, const expert_rank *rank)
 {
     return (placement_input){.w = &f->w, .budget = budget, .n_ctx = N_CTX, .n_batch = N_BATCH, .kv_type = QT_F16,
                              .rank = rank};
@@ -73,8 +52,8 @@ TEST(placement_parts_match_the_file_and_the_session)
 {
     REQUIRE_SHARED();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-        fixture f;
-        CHECK_OK(fixture_open(&f, models[i]));
+        model_fixture f;
+        CHECK_OK(model_fixture_open(&f, models[i]));
         placement_plan p;
         const placement_input in = input(&f, UINT64_MAX / 2, NULL);
         hydra_status st = placement_make(&p, &in);
@@ -89,7 +68,7 @@ TEST(placement_parts_match_the_file_and_the_session)
         const uint64_t exps = named_bytes(f.m, "_exps"), shexp = named_bytes(f.m, "_shexp");
         const uint64_t all = hydra_model_n_bytes(f.m);
         hydra_session_free(s);
-        fixture_close(&f);
+        model_fixture_close(&f);
         CHECK_OK(st);
         printf("  %s: non-expert %" PRIu64 ", shared %" PRIu64 ", experts %" PRIu64 ", KV %" PRIu64 "\n", models[i],
                p.nonexpert_bytes, p.shared_bytes, p.expert_bytes, p.kv_bytes);
@@ -105,8 +84,8 @@ TEST(placement_parts_match_the_file_and_the_session)
 TEST(placement_refuses_a_budget_below_the_fixed_part_naming_the_numbers)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "qwen2moe-tiny-q8_0"));
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "qwen2moe-tiny-q8_0"));
     placement_plan p, q;
     placement_input in = input(&f, UINT64_MAX / 2, NULL);
     CHECK_OK(placement_make(&p, &in));
@@ -123,7 +102,7 @@ TEST(placement_refuses_a_budget_below_the_fixed_part_naming_the_numbers)
     placement_plan exact;
     const hydra_status st_exact = placement_make(&exact, &in);
     placement_free(&p);
-    fixture_close(&f);
+    model_fixture_close(&f);
     CHECK_EQ_INT(st, HYDRA_ERR_RANGE);
     for (int i = 0; i < 5; i++)
         if (strstr(msg, want[i]) == NULL)
@@ -155,8 +134,8 @@ TEST(placement_parts_sum_to_the_budget_and_slots_are_uniform)
 {
     REQUIRE_SHARED();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-        fixture f;
-        CHECK_OK(fixture_open(&f, models[i]));
+        model_fixture f;
+        CHECK_OK(model_fixture_open(&f, models[i]));
         placement_plan full;
         placement_input in = input(&f, UINT64_MAX / 2, NULL);
         CHECK_OK(placement_make(&full, &in));
@@ -177,7 +156,7 @@ TEST(placement_parts_sum_to_the_budget_and_slots_are_uniform)
                 printf("  %s: budget %" PRIu64 ": uneven, unused %" PRIu64 "\n", models[i], in.budget, p.unused_bytes);
             placement_free(&p);
         }
-        fixture_close(&f);
+        model_fixture_close(&f);
         if (!ok)
             FAIL("%s: an inconsistent or uneven plan", models[i]);
     }
@@ -189,8 +168,8 @@ TEST(placement_parts_sum_to_the_budget_and_slots_are_uniform)
 TEST(placement_with_a_profile_gives_slots_where_they_serve_most)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "qwen3moe-tiny-q8_0")); /* every layer's experts of one size */
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "qwen3moe-tiny-q8_0")); /* every layer's experts of one size */
     const int n_layer = (int)f.w.hp.n_layer, n_expert = (int)f.w.hp.n_expert;
     expert_rank r;
     CHECK_OK(expert_rank_init(&r, n_layer, n_expert, NULL));
@@ -206,7 +185,7 @@ TEST(placement_with_a_profile_gives_slots_where_they_serve_most)
         st = placement_make(&p, &in);
     }
     placement_free(&full);
-    fixture_close(&f);
+    model_fixture_close(&f);
     expert_rank_free(&r);
     CHECK_OK(st);
     CHECK(plan_consistent(&p));
@@ -230,8 +209,8 @@ TEST(placement_with_a_profile_gives_slots_where_they_serve_most)
 TEST(placement_session_split_follows_the_vram_budget)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "mixtral-tiny-q4_0"));
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "mixtral-tiny-q4_0"));
     placement_plan full, p;
     placement_input in = input(&f, UINT64_MAX / 2, NULL);
     CHECK_OK(placement_make(&full, &in));
@@ -256,7 +235,7 @@ TEST(placement_session_split_follows_the_vram_budget)
     const hydra_status too_small = hydra_session_create(&s, f.m, &sp);
     placement_free(&full);
     placement_free(&p);
-    fixture_close(&f);
+    model_fixture_close(&f);
     CHECK_OK(st);
     CHECK(same);
     CHECK(hs.n_slots > 0 && hs.n_slots < hs.n_experts);
@@ -269,8 +248,8 @@ TEST(placement_session_split_follows_the_vram_budget)
 TEST(placement_reserves_prefill_staging_only_when_experts_miss)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "gptoss-tiny-mxfp4")); /* 4 MoE layers: two fit beside the slab */
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "gptoss-tiny-mxfp4")); /* 4 MoE layers: two fit beside the slab */
     placement_input in = input(&f, UINT64_MAX / 2, NULL);
     in.stage_prefill = true;
     placement_plan p;
@@ -293,5 +272,5 @@ TEST(placement_reserves_prefill_staging_only_when_experts_miss)
     CHECK_EQ_U64(p.stage_bytes, 0);
     CHECK(plan_consistent(&p));
     placement_free(&p);
-    fixture_close(&f);
+    model_fixture_close(&f);
 }

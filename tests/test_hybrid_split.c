@@ -31,15 +31,6 @@ typedef struct run_out {
     hydra_hybrid_stats stats;
 } run_out;
 
-static hydra_status open_model(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
-
 /* The prompt in one batch (every row's logits), then greedy decode. */
 static hydra_status run(hydra_model *m, const ref_case *r, hydra_hybrid_mode mode, double fraction, run_out *out)
 {
@@ -79,7 +70,7 @@ static void check_split(test_ctx *t_, const char *name)
     hydra_model *m = NULL;
     const size_t n_rows = (size_t)REF_PROMPT * (size_t)r.n_vocab;
     run_out base = {.rows = malloc(sizeof(float) * n_rows)}, split = {.rows = malloc(sizeof(float) * n_rows)};
-    hydra_status st = want && base.rows && split.rows ? open_model(name, &m) : HYDRA_ERR_NOMEM;
+    hydra_status st = want && base.rows && split.rows ? util_open_shared_model(name, &m) : HYDRA_ERR_NOMEM;
     if (st == HYDRA_OK)
         st = run(m, &r, HYDRA_HYBRID_OFF, 0.0, &base);
     char fails[1024] = "";
@@ -184,7 +175,7 @@ TEST(hybrid_counters_engaged_hits_plus_misses_are_lookups)
     ref_case r;
     CHECK(ref_load("qwen3moe-tiny-q8_0", &r));
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     hydra_hybrid_stats st[N_FRACTIONS];
     hydra_hybrid_layer_stats sum[N_FRACTIONS][2];
     hydra_status rc = HYDRA_OK;
@@ -219,7 +210,7 @@ TEST(hybrid_counters_off_report_zero_and_reset)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     hydra_session *off = NULL, *split = NULL;
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = 64;
@@ -263,7 +254,7 @@ TEST(hybrid_split_batch_of_sessions_matches_alone)
     ref_case r;
     CHECK(ref_load("qwen3moe-kq-q4_k_m", &r));
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
     hydra_session *batched[N_SEQ] = {0}, *alone[N_SEQ] = {0};
     hydra_status rc = HYDRA_OK;
     for (int i = 0; i < N_SEQ && rc == HYDRA_OK; i++) {
@@ -303,7 +294,7 @@ TEST(hybrid_session_refuses_bad_split_parameters)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     hydra_session *s = NULL;
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = 64;
@@ -370,7 +361,7 @@ TEST(hybrid_pin_file_random_pins_match_unsplit)
     ref_case r;
     CHECK(ref_load("qwen3moe-kq-q4_k_m", &r));
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
     const size_t n_rows = (size_t)REF_PROMPT * (size_t)r.n_vocab;
     run_out base = {.rows = malloc(sizeof(float) * n_rows)};
     float *rows = malloc(sizeof(float) * n_rows);
@@ -404,7 +395,7 @@ TEST(hybrid_pin_file_empty_and_full_pin_sets)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("mixtral-tiny-q4_0", &m));
+    CHECK_OK(util_open_shared_model("mixtral-tiny-q4_0", &m));
     hydra_session *probe = NULL, *empty = NULL, *full = NULL;
     hydra_status st = split_session(m, 0.0, &probe);
     char text[4096] = "";
@@ -445,7 +436,7 @@ TEST(hybrid_pin_file_errors_reach_the_session)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("mixtral-tiny-q4_0", &m));
+    CHECK_OK(util_open_shared_model("mixtral-tiny-q4_0", &m));
     hydra_session *s = NULL;
     const hydra_status bad_line = pinned_session(m, "0 1\nzero one\n", &s);
     char msg[512];

@@ -6,6 +6,7 @@
  * slab holds exactly its expert's bytes, and bad rankings are refused.
  */
 #include "hybrid.h"
+#include "model_fixture.h"
 #include "test.h"
 #include "weights.h"
 
@@ -13,28 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct fixture {
-    hydra_model *m;
-    model_weights w;
-} fixture;
-
-static hydra_status fixture_open(fixture *f, const char *name)
-{
-    memset(f, 0, sizeof *f);
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    hydra_status st = hydra_model_open(&f->m, &mp);
-    return st == HYDRA_OK ? weights_bind(&f->w, f->m) : st;
-}
-
-static void fixture_close(fixture *f)
-{
-    weights_free(&f->w);
-    hydra_model_close(f->m);
-}
 
 /* The first MoE layer. */
 static uint32_t first_moe(const model_weights *w)
@@ -103,8 +82,8 @@ TEST(hybrid_partition_is_stable_and_renumbers_hits_to_slots)
 TEST(hybrid_admit_and_evict_keep_tables_inverse_and_slab_exact)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "qwen3moe-kq-q4_k_m"));
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "qwen3moe-kq-q4_k_m"));
     const hybrid_config cfg = {.mode = HYBRID_CPU_SPLIT, .resident_fraction = 0.5, .max_rows = 4};
     hybrid_state h;
     hydra_status st = hybrid_init(&h, &f.w, &cfg);
@@ -134,14 +113,14 @@ TEST(hybrid_admit_and_evict_keep_tables_inverse_and_slab_exact)
     CHECK_EQ_INT(hybrid_admit(&h, l, 0, h.layer[l].n_slots), HYDRA_ERR_RANGE);
     CHECK_EQ_INT(hybrid_evict(&h, f.w.hp.n_layer, 0), HYDRA_ERR_INVALID_ARG);
     hybrid_free(&h);
-    fixture_close(&f);
+    model_fixture_close(&f);
 }
 
 TEST(hybrid_init_places_the_ranking_first_in_slot_order)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "qwen3moe-tiny-q8_0"));
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "qwen3moe-tiny-q8_0"));
     const uint32_t n_layer = f.w.hp.n_layer;
     const int32_t n = (int32_t)f.w.hp.n_expert;
     int32_t ids[64], n_slots[16];
@@ -165,15 +144,15 @@ TEST(hybrid_init_places_the_ranking_first_in_slot_order)
         ok = ok && hybrid_resident(&h, l) == n_slots[l];
     }
     hybrid_free(&h);
-    fixture_close(&f);
+    model_fixture_close(&f);
     CHECK(ok);
 }
 
 TEST(hybrid_init_refuses_bad_rankings_and_counts)
 {
     REQUIRE_SHARED();
-    fixture f;
-    CHECK_OK(fixture_open(&f, "qwen3moe-tiny-q8_0"));
+    model_fixture f;
+    CHECK_OK(model_fixture_open(&f, "qwen3moe-tiny-q8_0"));
     const int32_t n = (int32_t)f.w.hp.n_expert;
     int32_t dup[64], slots[16] = {0};
     const int32_t *order[16];
@@ -194,7 +173,7 @@ TEST(hybrid_init_refuses_bad_rankings_and_counts)
     cfg.n_slots = NULL;
     cfg.resident_fraction = 1.5;
     CHECK_EQ_INT(hybrid_init(&h, &f.w, &cfg), HYDRA_ERR_RANGE);
-    fixture_close(&f);
+    model_fixture_close(&f);
 }
 
 TEST(hybrid_slots_for_fraction_rounds_to_nearest_whole_expert)

@@ -31,12 +31,6 @@ static bool hydra_run(const char *args, const char *input, tool_run *r)
 
 static bool has(const char *text, const char *what) { return text != NULL && strstr(text, what) != NULL; }
 
-static const char *shared_model(const char *name, char *path, size_t len)
-{
-    snprintf(path, len, "%s/models/%s.gguf", test_shared_dir(), name);
-    return path;
-}
-
 /* The synthetic tiny qwen3moe (chat template, BOS/EOS) in the scratch folder. */
 static const char *tiny_model(char *path, size_t len)
 {
@@ -75,7 +69,7 @@ static bool run_on_reference(const char *name, const reference *ref, const char 
     char *args = malloc(cap);
     if (args == NULL)
         return false;
-    snprintf(args, cap, "-m %s --prompt-tokens %s %s", shared_model(name, model, sizeof model), ref->prompt_arg,
+    snprintf(args, cap, "-m %s --prompt-tokens %s %s", util_shared_model_path(name, model, sizeof model), ref->prompt_arg,
              extra);
     bool ran = hydra_run(args, NULL, r);
     free(args);
@@ -223,7 +217,7 @@ TEST(run_tokenize_recognises_special_tokens)
     char args[1024];
     /* ../shared/models/README.md: qwen3moe appends <|endoftext|> <|im_start|> <|im_end|> from id 896 */
     snprintf(args, sizeof args, "-m %s --tokenize -p '<|im_start|><|im_end|><|endoftext|>'",
-             shared_model("qwen3moe-tiny-f32", model, sizeof model));
+             util_shared_model_path("qwen3moe-tiny-f32", model, sizeof model));
     CHECK(hydra_run(args, NULL, &r));
     bool ok = r.status == 0 && strcmp(r.out, "897 898 896\n") == 0;
     if (!ok)
@@ -288,7 +282,7 @@ TEST(run_text_generation_stops_at_an_end_of_generation_token)
     CHECK(eog < REF_GREEDY);
     hydra_model *m;
     hydra_model_params mp = hydra_model_default_params();
-    mp.path = shared_model("mixtral-tiny-q4_0", path, sizeof path);
+    mp.path = util_shared_model_path("mixtral-tiny-q4_0", path, sizeof path);
     CHECK_OK(hydra_model_open(&m, &mp));
     char want[4096];
     size_t want_len = 0;

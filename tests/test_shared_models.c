@@ -16,15 +16,6 @@ static const char *const model_files[] = {
     "qwen3moe-tiny-f32",  "qwen3moe-tiny-q8_0",
 };
 
-static hydra_status open_shared_model(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
-
 /* Tensors per type, counted by hydra, against the JSON's tensor_types. */
 static bool tensor_types_match(hydra_model *m, const cJSON *types, char *why, size_t why_len)
 {
@@ -65,7 +56,7 @@ TEST(shared_models_open_and_match_reference_metadata)
         if (ref == NULL)
             FAIL("cannot read %s", json_path);
         hydra_model *m;
-        hydra_status st = open_shared_model(model_files[i], &m);
+        hydra_status st = util_open_shared_model(model_files[i], &m);
         if (st != HYDRA_OK) {
             cJSON_Delete(ref);
             FAIL("%s: %s: %s", model_files[i], hydra_strerror(st), hydra_last_error());
@@ -96,7 +87,7 @@ TEST(shared_qwen3moe_hyperparameters_are_read)
 {
     REQUIRE_SHARED();
     hydra_model *m;
-    CHECK_OK(open_shared_model("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     uint64_t experts = 0, used = 0, embd = 0, layers = 0;
     double theta = 0;
     hydra_model_get_u64(m, "qwen3moe.expert_count", &experts);
@@ -116,7 +107,7 @@ TEST(shared_deepseek2_expert_tensor_has_reference_shape)
 {
     REQUIRE_SHARED();
     hydra_model *m;
-    CHECK_OK(open_shared_model("deepseek2-tiny-f32", &m));
+    CHECK_OK(util_open_shared_model("deepseek2-tiny-f32", &m));
     hydra_tensor_info kb;
     hydra_status st = hydra_model_tensor_find(m, "blk.1.attn_k_b.weight", &kb);
     hydra_model_close(m);

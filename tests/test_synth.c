@@ -198,9 +198,9 @@ static void check_layout(test_ctx *t_, const char *preset, const char *shape_ref
     CHECK_OK(synth_preset(preset, &p));
     snprintf(file, sizeof file, "layout-%s.gguf", preset);
     CHECK_OK(write_and_open(&p, file, &ours));
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), shape_ref);
+    util_shared_model_path(shape_ref, path, sizeof path);
     CHECK_OK(open_path(path, &ref));
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), type_ref);
+    util_shared_model_path(type_ref, path, sizeof path);
     CHECK_OK(open_path(path, &quantised));
     hydra_tensor_info embd;
     hydra_model_tensor_find(ours, "token_embd.weight", &embd);

@@ -604,7 +604,7 @@ TEST(tokenizer_of_every_shared_model_loads_and_round_trips)
     for (size_t k = 0; k < sizeof tiny_models / sizeof tiny_models[0]; k++) {
         const tiny_ref *ref = &tiny_models[k];
         char path[512], text[256], why[256] = "";
-        snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), ref->file);
+        util_shared_model_path(ref->file, path, sizeof path);
         hydra_model *m;
         hydra_status st = open_path(path, &m);
         if (st == HYDRA_OK)
