@@ -766,6 +766,18 @@ HYDRA_API hydra_status hydra_spec_start(hydra_spec *spec, const hydra_token *pro
 HYDRA_API hydra_status hydra_spec_restart(hydra_spec *spec, const hydra_sampler_params *sampling,
                                           const hydra_token *tokens, size_t n);
 
+/* For that caller when the decoder drafts with the target's MTP block
+ * (which reads the target's hidden states, kept for one step only):
+ * hydra_spec_follow after each step the caller evaluates on the target
+ * (tokens[0, n): the sequence as far as it is known, n >= the target's
+ * positions) computes the block's rows of that step's positions whose
+ * next token is known; hydra_spec_reusable says how many of the first
+ * positions of a new sequence tokens[0, n) the caller may keep in the
+ * target's cache so that its first step covers every row the block still
+ * needs (n for a draft model, which catches up by itself). */
+HYDRA_API hydra_status hydra_spec_follow(hydra_spec *spec, const hydra_token *tokens, size_t n);
+HYDRA_API size_t hydra_spec_reusable(const hydra_spec *spec, const hydra_token *tokens, size_t n);
+
 /* One draft + verify step: writes 1 .. min(max_tokens, n_draft_max + 1)
  * generated tokens to out[] (*n_out of them).  HYDRA_ERR_RANGE when the
  * target's context is full; HYDRA_ERR_INVALID_ARG before hydra_spec_start. */

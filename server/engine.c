@@ -183,24 +183,29 @@ static bool warm_up(engine *e, slot *s)
 }
 
 /* -md: the draft model, which must share the model's vocabulary, and a
- * draft session and decoder per slot (same context and batch as the slot). */
+ * draft session and decoder per slot (same context and batch as the slot);
+ * --spec-mtp: a decoder per slot over the model's MTP block. */
 static bool load_draft(engine *e, const hydra_session_params *sp)
 {
+    const char *what = e->o->spec_mtp ? "--spec-mtp" : "-md";
     /* a step's rows must fit the leading session's batch, min(-b, its context) (flags.c checked -b) */
     const long long rows = (long long)e->n_slots * (e->o->spec_n_max + 1);
     if ((long long)e->slot_ctx < rows) {
-        snprintf(e->error, sizeof e->error, "-md: a slot's context of %u positions is less than -np x "
-                 "(--spec-draft-n-max + 1) = %lld, the rows of a step (raise -c or lower --spec-draft-n-max)",
+        snprintf(e->error, sizeof e->error, "%s: a slot's context of %u positions is less than -np x "
+                 "(--spec-draft-n-max + 1) = %lld, the rows of a step (raise -c or lower --spec-draft-n-max)", what,
                  e->slot_ctx, rows);
         return false;
     }
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = e->o->draft_path;
-    mp.progress = keep_loading;
-    mp.progress_user = e;
-    hydra_status st = hydra_model_open(&e->draft_model, &mp);
-    if (st == HYDRA_OK)
-        st = hydra_spec_check_vocab(e->model, e->draft_model);
+    hydra_status st = HYDRA_OK;
+    if (!e->o->spec_mtp) {
+        hydra_model_params mp = hydra_model_default_params();
+        mp.path = e->o->draft_path;
+        mp.progress = keep_loading;
+        mp.progress_user = e;
+        st = hydra_model_open(&e->draft_model, &mp);
+        if (st == HYDRA_OK)
+            st = hydra_spec_check_vocab(e->model, e->draft_model);
+    }
     if (st != HYDRA_OK) {
         snprintf(e->error, sizeof e->error, "-md %s: %s", e->o->draft_path, hydra_last_error());
         return false;
@@ -211,7 +216,8 @@ static bool load_draft(engine *e, const hydra_session_params *sp)
     pp.fixed_width = e->o->spec_fixed_width;
     for (int i = 0; i < e->n_slots; i++)
         if (slot_init_spec(&e->slots[i], e->draft_model, sp, &pp) != HYDRA_OK) {
-            snprintf(e->error, sizeof e->error, "-md %s: slot %d: %s", e->o->draft_path, i, hydra_last_error());
+            snprintf(e->error, sizeof e->error, "%s%s%s: slot %d: %s", what, e->o->spec_mtp ? "" : " ",
+                     e->o->spec_mtp ? "" : e->o->draft_path, i, hydra_last_error());
             return false;
         }
     return true;
@@ -254,7 +260,7 @@ static bool load(engine *e)
             snprintf(e->error, sizeof e->error, "slot %d of %u positions: %s", i, e->slot_ctx, hydra_last_error());
             return false;
         }
-    if (e->o->draft_path != NULL && !load_draft(e, &sp))
+    if ((e->o->draft_path != NULL || e->o->spec_mtp) && !load_draft(e, &sp))
         return false;
     for (int i = 0; i < e->n_slots; i++)
         if (!warm_up(e, &e->slots[i])) {
@@ -330,8 +336,11 @@ static void start_generate(engine *e, srv_task *t)
         outbox_fail(&e->ob, t, 400, "the prompt is %zu tokens; a slot holds 1 to %u", t->n_prompt, s->n_ctx);
         return;
     }
-    /* at least the last prompt token is evaluated: its logits are needed */
-    const size_t keep = cache_truncate(s, shared < t->n_prompt ? shared : t->n_prompt - 1);
+    /* at least the last prompt token is evaluated: its logits are needed;
+     * an MTP drafter's first missing row must be among the evaluated ones */
+    size_t keep = shared < t->n_prompt ? shared : t->n_prompt - 1;
+    const size_t drafter = hydra_spec_reusable(s->spec, t->prompt, t->n_prompt);
+    keep = cache_truncate(s, keep < drafter ? keep : drafter);
     slot_begin(s, e->model, t, keep, &e->ob);
 }
 
@@ -530,6 +539,8 @@ static void after_eval(engine *e, const step_item *it)
     if (s->state == SLOT_PREFILL) {
         s->feed += it->n;
         s->n_feed -= it->n;
+        if (!slot_followed_prefill(s, &e->ob))
+            return;
         if (s->n_feed > 0)
             return;
         if (s->task->kind == TASK_SLOT_RESTORE) {

@@ -189,6 +189,8 @@ static const flag flags[] = {
     {"-v --verbose", NULL, parse_switch, OFF(verbose), 0, 0, "log every request on stderr"},
     {"-md --model-draft", "FILE", parse_string, OFF(draft_path), 0, 0,
      "a draft model of the same vocabulary: every slot decodes speculatively (docs/SPECULATIVE.md)"},
+    {"--spec-mtp", NULL, parse_switch, OFF(spec_mtp), 0, 0,
+     "every slot decodes speculatively, drafted by the model's own MTP (NextN) block instead of -md"},
     {"--spec-draft-n-max --draft-max --draft-n", "N", parse_int, OFF(spec_n_max), 1, 256,
      "with -md: most tokens drafted per step; each generating slot takes N + 1 rows of a step (default 16)"},
     {"--spec-draft-p-min --draft-p-min", "P", parse_float, OFF(spec_p_min), 0, 1,
@@ -279,11 +281,16 @@ int serve_parse_args(int argc, char **argv, serve_opts *o)
         serve_log("-b %d: at least -np (%d), so every generating slot fits in a step", o->n_batch, o->n_parallel);
         return -1;
     }
+    if (o->draft_path != NULL && o->spec_mtp) {
+        serve_log("-md and --spec-mtp: give one drafter");
+        return -1;
+    }
     /* a verify pass is spec_n_max + 1 rows of one slot, all slots' in one step */
-    if (o->draft_path != NULL && (long long)o->n_batch < (long long)o->n_parallel * (o->spec_n_max + 1)) {
-        serve_log("-b %d: with -md, at least -np x (--spec-draft-n-max + 1) = %d x %d = %d, so every generating "
-                  "slot's verify rows fit in a step", o->n_batch, o->n_parallel, o->spec_n_max + 1,
-                  o->n_parallel * (o->spec_n_max + 1));
+    const bool spec = o->draft_path != NULL || o->spec_mtp;
+    if (spec && (long long)o->n_batch < (long long)o->n_parallel * (o->spec_n_max + 1)) {
+        serve_log("-b %d: with %s, at least -np x (--spec-draft-n-max + 1) = %d x %d = %d, so every generating "
+                  "slot's verify rows fit in a step", o->n_batch, o->spec_mtp ? "--spec-mtp" : "-md", o->n_parallel,
+                  o->spec_n_max + 1, o->n_parallel * (o->spec_n_max + 1));
         return -1;
     }
     return 0;

@@ -53,6 +53,7 @@ typedef struct serve_opts {
     bool verbose;               /* -v: one line per request on stderr */
     bool help;
     const char *draft_path;     /* -md: a draft model for speculative decoding; NULL: none */
+    bool spec_mtp;              /* --spec-mtp: the model's own MTP block drafts instead */
     int spec_n_max;             /* --spec-draft-n-max: most drafts per step */
     float spec_p_min;           /* --spec-draft-p-min: drafting stops below this confidence */
     bool spec_fixed_width;      /* --spec-fixed-width: every verify pass padded to spec_n_max + 1 rows */

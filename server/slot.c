@@ -8,7 +8,9 @@
  * With a draft model (-md) the slot's decoder (hydra_spec) drafts after
  * the first token, the engine evaluates the verify rows in its step, and
  * the slot takes the accepted tokens one by one, exactly as sampled ones
- * (docs/SPECULATIVE.md, "hydra-serve").
+ * (docs/SPECULATIVE.md, "hydra-serve").  With --spec-mtp the model's MTP
+ * block drafts; it reads the session's hidden states, which last one step,
+ * so it follows every prompt chunk (slot_followed_prefill).
  */
 #include "slot.h"
 
@@ -52,7 +54,7 @@ hydra_status slot_init_spec(slot *s, const hydra_model *draft_model, const hydra
                             const hydra_spec_params *sp)
 {
     const hydra_sampler_params sampling = hydra_sampler_default_params(); /* each request sets its own */
-    hydra_status st = hydra_session_create(&s->draft, draft_model, dp);
+    hydra_status st = draft_model != NULL ? hydra_session_create(&s->draft, draft_model, dp) : HYDRA_OK;
     if (st == HYDRA_OK)
         st = hydra_spec_new(s->session, s->draft, &sampling, sp, &s->spec);
     if (st == HYDRA_OK) {
@@ -194,6 +196,14 @@ void slot_sampled_step(slot *s, const hydra_model *m, outbox *ob)
     }
     if (take_token(s, m, ob, tok, logits, s->n_tokens) && s->spec != NULL)
         spec_begin(s, ob);
+}
+
+bool slot_followed_prefill(slot *s, outbox *ob)
+{
+    if (s->spec == NULL || hydra_spec_follow(s->spec, s->task->prompt, s->task->n_prompt) == HYDRA_OK)
+        return true;
+    slot_fail(s, ob, 500, "the MTP drafter following the prompt: %s", hydra_last_error());
+    return false;
 }
 
 bool slot_draft(slot *s, outbox *ob)

@@ -87,12 +87,17 @@ typedef struct slot {
 hydra_status slot_init(slot *s, int id, const hydra_model *m, const hydra_session_params *sp);
 void slot_free(slot *s);
 
-/* Gives the slot a draft session of draft_model (parameters dp) and a
- * speculative decoder with sp; every request it serves then generates
+/* Gives the slot a draft session of draft_model (parameters dp; NULL: the
+ * model's MTP block drafts) and a speculative decoder with sp; every request it serves then generates
  * through hydra_spec_draft / the engine's batched verify /
  * slot_verified_step. */
 hydra_status slot_init_spec(slot *s, const hydra_model *draft_model, const hydra_session_params *dp,
                             const hydra_spec_params *sp);
+
+/* After a step evaluated a chunk of the slot's prompt: an MTP drafter
+ * computes its rows from the step's hidden states (hydra_spec_follow).  On
+ * failure the request is finished with an error (false). */
+bool slot_followed_prefill(slot *s, outbox *ob);
 
 /* A generating slot with a decoder: drafts and sets s->verify, n_verify
  * for the step.  On failure the request is finished with an error (false). */

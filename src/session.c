@@ -269,8 +269,7 @@ static void keep_hidden_rows(hydra_session *s, int64_t n)
 }
 
 /* Forgets the kept hidden rows of positions from pos on: a later step that
- * does not keep its rows (the batched path, a restored cache) may put
- * other tokens there. */
+ * does not keep its rows (a restored cache) may put other tokens there. */
 static void drop_hidden_from(hydra_session *s, int64_t pos)
 {
     if (s->hidden_pos0 + s->hidden_n > pos)
@@ -417,7 +416,14 @@ HYDRA_API hydra_status hydra_session_eval_batch_logits(hydra_session *const *ss,
                             .all_rows = rows != NULL && rows[i] != NULL};
     forward_seqs(&first->w, first->pool, &first->f, seqs, (int)n, false, logits);
     const float *row = logits;
+    const float *hidden = first->f.x; /* every sequence's final rows, in order (forward.h) */
     for (size_t i = 0; i < n; i++) {
+        if (ss[i]->keep_hidden) { /* an MTP drafter reads them (src/mtp.c) */
+            memcpy(ss[i]->hidden, hidden, sizeof(float) * n_tokens[i] * first->w.hp.n_embd);
+            ss[i]->hidden_pos0 = ss[i]->n_past;
+            ss[i]->hidden_n = (int64_t)n_tokens[i];
+        }
+        hidden += n_tokens[i] * first->w.hp.n_embd;
         if (seqs[i].all_rows) {
             memcpy(rows[i], row, sizeof(float) * n_vocab * n_tokens[i]);
             row += (size_t)n_vocab * n_tokens[i];

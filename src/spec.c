@@ -259,6 +259,15 @@ HYDRA_API void hydra_spec_get_stats(const hydra_spec *s, hydra_spec_stats *out)
 
 /* ------------------------------------------------------------ start */
 
+/* Tokens tokens[0, n) shares with the history, the pending token included. */
+static size_t shared_with_history(const hydra_spec *s, const hydra_token *tokens, size_t n)
+{
+    size_t same = 0;
+    while (same < n && same < s->n_history && s->history[same] == tokens[same])
+        same++;
+    return same;
+}
+
 /* Keeps the first keep positions of a session, or clears it when its
  * cache cannot rewind that far (a sliding window); what it keeps. */
 static size_t rewind_to(hydra_session *sess, size_t keep)
@@ -311,9 +320,7 @@ HYDRA_API hydra_status hydra_spec_start(hydra_spec *s, const hydra_token *prompt
     if (n == 0 || n > hydra_session_n_ctx(s->target))
         return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_start: a prompt of %zu tokens (the context holds %u)", n,
                           hydra_session_n_ctx(s->target));
-    size_t same = 0;
-    while (same < n - 1 && same < s->n_history && s->history[same] == prompt[same])
-        same++;
+    size_t same = shared_with_history(s, prompt, n - 1);
     s->n_history = 0; /* nothing is trusted until the prompt is in */
     hydra_status st = s->mtp ? start_mtp(s, prompt, n, same) : start_draft(s, prompt, n, same);
     if (st != HYDRA_OK)
@@ -341,9 +348,7 @@ HYDRA_API hydra_status hydra_spec_restart(hydra_spec *s, const hydra_sampler_par
     if (st != HYDRA_OK)
         return st;
     /* the draft holds a prefix of the old history: keep what it shares */
-    size_t same = 0;
-    while (same < n - 1 && same < s->n_history && s->history[same] == tokens[same])
-        same++;
+    size_t same = shared_with_history(s, tokens, n - 1);
     rewind_to(s->draft, same);
     mtp_truncate(s->mtp, same > 0 ? (int64_t)same - 1 : 0); /* rows it can't recompute fail the next draft */
     s->width = 0;
@@ -355,6 +360,36 @@ HYDRA_API hydra_status hydra_spec_restart(hydra_spec *s, const hydra_sampler_par
     if (st != HYDRA_OK)
         s->n_history = 0;
     return st;
+}
+
+/* MTP row i reads token i + 1: rows below same - 1 hold for tokens. */
+HYDRA_API size_t hydra_spec_reusable(const hydra_spec *s, const hydra_token *tokens, size_t n)
+{
+    if (s == NULL || s->mtp == NULL || tokens == NULL)
+        return n;
+    const size_t same = shared_with_history(s, tokens, n), valid = same > 0 ? same - 1 : 0;
+    const size_t rows = (size_t)mtp_n_rows(s->mtp);
+    return rows < valid ? rows : valid;
+}
+
+HYDRA_API hydra_status hydra_spec_follow(hydra_spec *s, const hydra_token *tokens, size_t n)
+{
+    if (s == NULL || tokens == NULL)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "hydra_spec_follow: a decoder and tokens are required");
+    if (s->mtp == NULL)
+        return HYDRA_OK;
+    const size_t past = hydra_session_n_past(s->target);
+    if (n < past || n > s->cap_history)
+        return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_follow: %zu tokens, the target holds %zu positions of %zu", n,
+                          past, s->cap_history - 1);
+    const size_t same = shared_with_history(s, tokens, n);
+    mtp_truncate(s->mtp, same > 0 ? (int64_t)same - 1 : 0);
+    memcpy(s->history, tokens, sizeof *tokens * n); /* what the rows read; hydra_spec_restart keeps them */
+    s->n_history = n;
+    s->width = 0;
+    const size_t rows = past < n ? past : n - 1; /* rows whose next token is known */
+    /* fewer: the first draft computes the rest (this step's states are kept) */
+    return (int64_t)rows > mtp_n_rows(s->mtp) ? mtp_sync(s->mtp, tokens, (int64_t)rows) : HYDRA_OK;
 }
 
 /* ------------------------------------------------------------ drafting */

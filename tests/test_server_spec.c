@@ -8,7 +8,8 @@
  * rejected, so the rollback runs), streaming, max_tokens and stop strings
  * cut as without, the acceptance counters in timings and /metrics, one
  * verify width throughout when padded, and bad flags refused naming the
- * flag.
+ * flag.  With --spec-mtp (the model's MTP block drafting) the replies equal
+ * a plain server's too, over two rounds (cache reuse).
  */
 #include "server/server_util.h"
 #include "quant.h"
@@ -335,6 +336,54 @@ TEST(server_spec_greedy_equals_plain_for_concurrent_clients)
     check_same_replies(TEST_CTX, plain, self, "--draft-max 16 --draft-p-min 0.05 -np 2", 16, true);
 }
 
+/* deepseek2-mtp-tiny (one MTP block) as a server model. */
+static const char *mtp_model_path(void)
+{
+    static char path[4096];
+    if (path[0] == '\0') {
+        synth_params p;
+        snprintf(path, sizeof path, "%s", util_scratch_path("server-mtp-tiny.gguf"));
+        if (synth_preset("deepseek2-mtp-tiny", &p) != HYDRA_OK || synth_write(path, &p) != HYDRA_OK)
+            path[0] = '\0';
+    }
+    return path[0] ? path : NULL;
+}
+
+/* --spec-mtp: every slot drafts with the model's MTP block.  Two rounds of
+ * the same prompts (the second reuses each slot's cache, so the drafter
+ * resumes from the rows it kept), greedy replies equal to a plain server's,
+ * drafts counted in timings and /metrics. */
+TEST(server_spec_mtp_greedy_equals_plain)
+{
+    const char *model = mtp_model_path();
+    CHECK(model != NULL);
+    test_server plain, spec;
+    reply want[N_CLIENTS], got[N_CLIENTS];
+    TS_START(plain, model, "-np 4");
+    TS_CHECK(plain, post_all(plain.port, "", want));
+    CHECK_EQ_INT(ts_stop(&plain), 0);
+    TS_START(spec, model, "-np 4 --spec-mtp --spec-draft-n-max 3 --spec-draft-p-min 0 --metrics");
+    int drafted = 0;
+    for (int round = 0; round < 2; round++) {
+        TS_CHECK(spec, post_all(spec.port, "", got));
+        for (int i = 0; i < N_CLIENTS; i++) {
+            if (strcmp(got[i].text, want[i].text) != 0) {
+                ts_stop(&spec);
+                FAIL("round %d, client %d: MTP-speculative '%s' vs plain '%s'", round, i, got[i].text, want[i].text);
+            }
+            TS_CHECK(spec, got[i].completion_tokens == MAX_TOKENS && got[i].draft_n > 0 &&
+                               got[i].draft_n >= got[i].draft_n_accepted && got[i].draft_n_accepted >= 0);
+            drafted += got[i].draft_n;
+        }
+    }
+    ts_resp r;
+    TS_CHECK(spec, ts_request(spec.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200);
+    const double m_drafted = metric(r.body, "hydra:spec_draft_tokens_total");
+    ts_resp_free(&r);
+    TS_CHECK(spec, m_drafted == drafted);
+    CHECK_EQ_INT(ts_stop(&spec), 0);
+}
+
 /* Streams a completion and returns the joined text. */
 static bool stream_text(int port, const char *body, ts_stream *st)
 {
@@ -452,4 +501,8 @@ TEST(server_spec_bad_flags_are_refused_naming_them)
     REFUSED(args, 1, "-md ");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s", m, other_path);
     REFUSED(args, 1, "a draft model must share the target's vocabulary");
+    snprintf(args, sizeof args, "-m %s --port 0 -md %s --spec-mtp", m, m);
+    REFUSED(args, 2, "-md and --spec-mtp: give one drafter");
+    snprintf(args, sizeof args, "-m %s --port 0 --spec-mtp", m); /* the tiny model has no MTP block */
+    REFUSED(args, 1, "--spec-mtp: slot 0: ");
 }

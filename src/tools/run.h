@@ -77,6 +77,8 @@ void run_hybrid_params(const run_opts *o, hydra_session_params *sp);
 int run_check_gpu_layers(const run_opts *o, const hydra_model *m);
 int run_print_plan(const run_opts *o, const hydra_model *m);
 void run_print_hybrid_stats(const hydra_session *s, FILE *fp);
+/* run_spec.c: the CUDA step and graph counters (--stats; nothing on the CPU). */
+void run_print_graph_stats(const hydra_session *s, FILE *fp);
 
 /* run_gen.c: the context a session gets from -c (0: the model's). */
 uint32_t gen_context_size(const run_opts *o, const hydra_model *m);

@@ -267,7 +267,8 @@ static const flag flags[] = {
     {"-md --model-draft", "FILE", parse_string, AT(model_draft), 0, 0, 0,
      "draft model for speculative decoding (same vocabulary; docs/SPECULATIVE.md)"},
     {"--spec-mtp", NULL, parse_switch, AT(spec_mtp), 0, 0, 0,
-     "speculative decoding drafted by the model's own MTP (NextN) block instead of -md (CPU backend)"},
+     "speculative decoding drafted by the model's own MTP (NextN) block instead of -md (on the GPU with -ngl or "
+     "--hybrid cuda)"},
     {"--spec-draft-n-max --draft-max --draft", "N", parse_int32, AT(spec.n_draft_max), 1, 256, 0,
      "most tokens drafted per step; every verify pass has N + 1 rows (default 16)"},
     {"--spec-draft-p-min --draft-p-min", "P", parse_float, AT(spec.p_min), 0, 1, 0,
@@ -280,7 +281,7 @@ static const flag flags[] = {
      "with --hybrid: the experts to pin, most used first (a --profile-experts file)"},
     {"--vram-budget", "GiB", parse_float, AT(vram_budget_gib), 0, 1 << 20, 0,
      "with --hybrid: plan the slab in this budget; with --info: print the plan"},
-    {"--stats", NULL, parse_switch, AT(stats), 0, 0, 0, "print the hybrid split's counters after the run"},
+    {"--stats", NULL, parse_switch, AT(stats), 0, 0, 0, "print the hybrid split's and the CUDA graphs' counters after the run"},
     {"-sm --split-mode", "MODE", parse_split, 0, 0, 0, 0,
      "several GPUs (CUDA): none (default, one GPU), layer (layer ranges), tensor (docs/MULTIGPU.md)"},
     {"-ts --tensor-split", "A,B,..", parse_ratios, 0, 0, 0, 0, "each GPU's share of the split (default: free memory)"},

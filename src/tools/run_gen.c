@@ -141,8 +141,10 @@ int gen_save_profile(const gen_ctx *g)
 
 void gen_close(gen_ctx *g)
 {
-    if (g->o != NULL && g->o->stats && g->session != NULL)
+    if (g->o != NULL && g->o->stats && g->session != NULL) {
         run_print_hybrid_stats(g->session, stderr);
+        run_print_graph_stats(g->session, stderr);
+    }
     gen_spec_close(g);
     hydra_sampler_free(g->sampler);
     hydra_session_free(g->session);

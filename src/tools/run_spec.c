@@ -39,8 +39,9 @@ static int open_draft(gen_ctx *g)
 }
 
 /* With -md the draft session drafts; with --spec-mtp (g->draft NULL) the
- * target model's MTP block does (src/mtp.c), which needs a model with one
- * and the CPU backend: the decoder refuses anything else with the reason. */
+ * target model's MTP block does (src/mtp.c; on the target's GPU with -ngl
+ * or --hybrid cuda), which needs a model with one: the decoder refuses
+ * anything else with the reason. */
 int gen_spec_open(gen_ctx *g)
 {
     if (g->o->model_draft != NULL && g->o->spec_mtp) {
@@ -54,7 +55,7 @@ int gen_spec_open(gen_ctx *g)
      * constant width keeps one captured graph per width in use
      * (docs/SPECULATIVE.md, "Verify width") */
     hydra_spec_params pp = g->o->spec;
-    pp.fixed_width = g->o->n_gpu_layers > 0;
+    pp.fixed_width = g->o->n_gpu_layers > 0 || g->o->hybrid == HYDRA_HYBRID_CUDA;
     hydra_status st = hydra_spec_new(g->session, g->draft, &g->sampling, &pp, &g->spec);
     g->spec_out = malloc(sizeof *g->spec_out * ((size_t)g->o->spec.n_draft_max + 1));
     if (st != HYDRA_OK || g->spec_out == NULL) {
@@ -104,8 +105,17 @@ void gen_spec_print(const gen_ctx *g)
     hydra_spec_get_stats(g->spec, &s);
     fprintf(stderr,
             "hydra-run: speculative      = %llu steps, %llu drafted, %llu accepted (%.1f%%), %.2f tokens per step, "
-            "%u verify width(s), draft %.2f ms, verify %.2f ms\n",
+            "%u verify width(s), %llu graph captures, draft %.2f ms, verify %.2f ms\n",
             (unsigned long long)s.n_steps, (unsigned long long)s.n_drafted, (unsigned long long)s.n_accepted,
             s.n_drafted ? 100.0 * (double)s.n_accepted / (double)s.n_drafted : 0.0,
-            s.n_steps ? (double)s.n_generated / (double)s.n_steps : 0.0, s.n_widths, s.draft_ms, s.verify_ms);
+            s.n_steps ? (double)s.n_generated / (double)s.n_steps : 0.0, s.n_widths, (unsigned long long)s.n_captures,
+            s.draft_ms, s.verify_ms);
+}
+
+void run_print_graph_stats(const hydra_session *s, FILE *fp)
+{
+    hydra_graph_stats st;
+    if (hydra_session_graph_stats(s, &st) == HYDRA_OK && st.steps > 0)
+        fprintf(fp, "cuda graphs: %llu steps, %llu captured, %llu replayed, %u held\n", (unsigned long long)st.steps,
+                (unsigned long long)st.captures, (unsigned long long)st.replays, st.graphs_cached);
 }
