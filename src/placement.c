@@ -200,7 +200,7 @@ static hydra_status too_small(const placement_plan *p, uint64_t fixed)
 }
 
 /* Prefill streams a MoE layer's expert stacks into one of two device
- * buffers while the other is computed (src/gpu/gpu_hybrid.c), so the
+ * buffers while the other is computed (src/gpu/gpu_hybrid_stage.c), so the
  * area is twice the largest layer's experts (an upper bound: biases are
  * counted too).  Needed only when some expert is not resident; when it
  * does not fit, prefill reads the misses over the bus instead. */

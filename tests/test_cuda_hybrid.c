@@ -1,5 +1,5 @@
 /*
- * Hybrid decode on the CUDA backend (issue 10, src/gpu/gpu_hybrid.c): the
+ * Hybrid decode on the CUDA backend (issue 10, src/gpu/gpu_hybrid*.c): the
  * slab holds a share of each MoE layer's experts, the CPU computes the
  * misses.  Against llama.cpp's logits (../shared/ref) and against the
  * all-GPU session, at 0%, 50% and 100% resident: the prompt token by token
