@@ -98,6 +98,9 @@ typedef struct gpu_options {
      * makes one session per part, which gpu_forward drives in turn. */
     int device, layer0, layer1;
     gpu_split split;
+    /* A tensor split's part (gpu_tensor.c): its sublayers end in partial
+     * sums, so the MoE combine does not norm the next layer's input. */
+    bool tensor_part;
 } gpu_options;
 
 hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o);

@@ -406,7 +406,8 @@ static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
-    const bool ends = sh_gate->data == NULL && l + 1 < gpu_layer_end(g); /* the next layer is on this device */
+    const bool ends = sh_gate->data == NULL && l + 1 < gpu_layer_end(g) && /* the next layer is on this device */
+                      !g->o.tensor_part; /* a tensor split's x is a partial sum until the all-reduce */
     const bool q8 = n <= GK_MATVEC_MAX_TOK;
     const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
                               .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
@@ -460,9 +461,36 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
     }
     if (gpu_layer_end(g) < (int)hp->n_layer)
         return HYDRA_OK; /* the output head is on a later device */
+    return gpu_enqueue_head(g, sh);
+}
+
+hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh)
+{
+    const arch_hparams *hp = &g->w->hp;
+    const int n = (int)sh->n_tok;
     const int first = sh->all_rows ? 0 : n - 1;
     TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
     return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+}
+
+/* A tensor split's part (gpu_tensor.c): the sublayer's input norm, then
+ * x zeroed when zero_x (every part but the main one), then the sublayer,
+ * which adds the part's partial output into x; the all-reduce that
+ * follows sums x once plus every part's partial. */
+hydra_status gpu_enqueue_sublayer(gpu_session *g, int l, const step_shape *sh, bool ffn, bool zero_x)
+{
+    const gpu_weights *gw = &g->gw;
+    const int n = (int)sh->n_tok;
+    TRY_ST(rmsnorm(g, g->x, gw_at(gw, l, ffn ? W_FFN_NORM : W_ATTN_NORM), n, &g->xn));
+    if (zero_x)
+        TRY(gpuMemsetAsync(g->x, 0, sizeof(float) * (size_t)n * g->w->hp.n_embd, g->stream), "zeroing a part's x");
+    if (!ffn) {
+        g->xn_normed = true;
+        return attention(g, l, sh);
+    }
+    if (g->w->layer[l].moe)
+        return moe(g, l, n, NULL);
+    return ffn_dense(g, gw_at(gw, l, W_FFN_GATE), gw_at(gw, l, W_FFN_UP), gw_at(gw, l, W_FFN_DOWN), n, g->x, true);
 }
 
 /* --- what gpu_arch.c and gpu_mla.c borrow (gpu_arch.h) */

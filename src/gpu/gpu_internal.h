@@ -172,6 +172,11 @@ struct gpu_session {
 /* --- the step (gpu_forward.c): enqueues every kernel of one step on the
  * session's stream; reads token ids and pos0 from device memory. */
 hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh);
+/* Its pieces for a tensor split's part (gpu_tensor.c): one sublayer of
+ * layer l (attention, or with ffn the FFN/MoE block) from its input norm,
+ * x zeroed after the norm when zero_x; the output head. */
+hydra_status gpu_enqueue_sublayer(gpu_session *g, int l, const step_shape *sh, bool ffn, bool zero_x);
+hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh);
 
 /* --- MoE experts (gpu_forward.c): every route's expert and the combine
  * into x (next: the next layer's input norm, or NULL); the routed matvecs

@@ -15,11 +15,14 @@
  * part's share of the step is captured as its own CUDA graph, keyed by the
  * step's structure and the split cache's generation (a graph is never
  * replayed after the memory it captured changed).
+ *
+ * -sm tensor: the parts are sessions over each part's model view, made and
+ * driven by gpu_tensor.c (one all-reduce per sublayer); this file keeps
+ * the plan, the split cache and the merged counters for both modes.
  */
-#include "gpu_internal.h"
+#include "gpu_tensor.h"
 
 #include "../hybrid.h"
-#include "../split.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +41,7 @@ typedef struct gpu_multi {
     hybrid_state view;              /* gpu_multi_split_state's merged view (borrows the parts' tables) */
     hybrid_layer *view_layer;       /* its n_layer layers, copied from the parts at each call */
     uint64_t peer_bytes, steps;
+    gpu_tensor *tensor;             /* -sm tensor's step (gpu_tensor.c); NULL for -sm layer */
 } gpu_multi;
 
 int gpu_device_count(void)
@@ -152,16 +156,6 @@ static hydra_status create_parts(gpu_multi *m, const model_weights *w, const gpu
 hydra_status gpu_multi_create(gpu_session **out, const model_weights *w, const gpu_options *o)
 {
     *out = NULL;
-    if (o->split.mode == SPLIT_TENSOR) { /* NCCL first: without it the message says what is missing */
-        const int devices[2] = {0, 1};
-        gpu_nccl *c = NULL;
-        if (gpu_device_count() >= 2)
-            TRY_ST(gpu_nccl_open(&c, 2, devices));
-        gpu_nccl_close(c);
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor: the partition is planned (src/split.c) and NCCL's "
-                          "all-reduce runs (gpu_multi_nccl.c), but the sharded step is not built yet "
-                          "(docs/MULTIGPU.md); use -sm layer");
-    }
     gpu_session *g = calloc(1, sizeof *g);
     gpu_multi *m = calloc(1, sizeof *m);
     if (g == NULL || m == NULL) {
@@ -173,9 +167,11 @@ hydra_status gpu_multi_create(gpu_session **out, const model_weights *w, const g
     g->o = *o;
     g->multi = m;
     hydra_status st = make_plan(m, w, o);
-    if (st == HYDRA_OK)
+    if (st == HYDRA_OK && o->split.mode == SPLIT_TENSOR)
+        st = gpu_tensor_create(&m->tensor, m->part, &m->plan, w, o);
+    else if (st == HYDRA_OK)
         st = enable_peers(m);
-    if (st == HYDRA_OK)
+    if (st == HYDRA_OK && m->tensor == NULL)
         st = create_parts(m, w, o);
     if (st != HYDRA_OK) {
         gpu_multi_free(g);
@@ -188,6 +184,7 @@ hydra_status gpu_multi_create(gpu_session **out, const model_weights *w, const g
 void gpu_multi_free(gpu_session *g)
 {
     gpu_multi *m = g->multi;
+    gpu_tensor_free(m->tensor, m->part); /* its parts, then the views they read */
     for (int i = 0; i < m->plan.n_part; i++) {
         if (m->part[i] == NULL)
             continue;
@@ -218,6 +215,11 @@ hydra_status gpu_multi_forward(gpu_session *g, int64_t pos0, const int32_t *toke
     gpu_multi *m = g->multi;
     const split_shape shape = {.n_tok = n, .max_kv = kv_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
     const split_state *ss = split_cache_get(&m->cache, &m->plan, g->w->hp.n_embd, &shape);
+    if (m->tensor != NULL) {
+        const hydra_status st = gpu_tensor_forward(m->tensor, m->part, ss, pos0, tokens, n, all_rows, logits);
+        m->steps += st == HYDRA_OK;
+        return st;
+    }
     hydra_status st = HYDRA_OK;
     int launched = 0;
     for (int i = 0; i < m->plan.n_part && st == HYDRA_OK; i++) {
