@@ -293,26 +293,19 @@ static const char *iq_check_matvec(const iq_case *c, int t, const float *y, char
     return bad;
 }
 
-/* Checks token t's outputs of a matmul (two-level 8-bit activations,
- * quantize.cu): within float rounding plus sum |w| d / 508 of the float
- * dot, d the first level's per-32 scale (the second level's rounding). */
+/* Checks token t's outputs of a matmul (f16 tiles, mmq.cu): within 2^-10
+ * of sum |w x| (both operands rounded to f16) of the float dot. */
 static const char *iq_check_matmul(const iq_case *c, int t, const float *y, char *msg, size_t len)
 {
     const float *x = c->x + (size_t)t * c->n;
     for (int r = 0; r < c->rows; r++) {
-        double want = 0, mag = 0, spread = 0, amax = 0;
+        double want = 0, mag = 0;
         for (int i = 0; i < c->n; i++) {
-            if (i % 32 == 0) {
-                amax = 0;
-                for (int k = i; k < i + 32; k++)
-                    amax = fmax(amax, fabs((double)x[k]));
-            }
             const double w = c->wf[(size_t)r * c->n + i];
             want += w * x[i];
             mag += fabs(w * x[i]);
-            spread += fabs(w) * amax / 127;
         }
-        const double got = y[(size_t)t * c->rows + r], tol = 2e-5 * mag + spread / 508 * 1.01 + 1e-6;
+        const double got = y[(size_t)t * c->rows + r], tol = 2e-3 * mag + 1e-6;
         if (!(fabs(got - want) <= tol)) {
             snprintf(msg, len, "token %d row %d: GPU %.9g, float dot %.9g (tolerance %.3g)", t, r, got, want, tol);
             return msg;

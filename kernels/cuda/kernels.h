@@ -3,12 +3,12 @@
  * stream.  Host code (src/gpu/) calls only these; the .cu files hold the
  * kernels, one file per op family:
  *
- *   quantize.cu   activation rows -> 8-bit rows with per-32 scales
+ *   quantize.cu   activation rows -> 8-bit rows with per-32 scales, or f16
  *   matvec.cu     decode: weight rows . few activation rows (integer dot
  *                 products for quantised weights), dense or per route
- *   matmul.cu     prefill: quantised weights as 8-bit integer tensor-core
- *                 products (mmq.cu), F16 in f16 tiles (WMMA), F32/BF16 in
- *                 f32 tiles; dense or grouped by expert
+ *   matmul.cu     prefill: quantised weights decoded to f16 tiles for
+ *                 tensor-core products (mmq.cu), F16 in f16 tiles (WMMA),
+ *                 F32/BF16 in f32 tiles; dense or grouped by expert
  *   attention.cu  flash-decoding over the KV cache, GQA
  *   moe.cu        gating + top-k, grouping routes by expert, combine
  *   ops.cu        embedding, RMSNorm, QK-norm + RoPE + KV store, SwiGLU,
@@ -46,16 +46,15 @@ typedef struct gk_route {
 
 /* Activation rows of n values: float rows, and their 8-bit form (q: n
  * bytes per row; meta: n / 32 entries per row of {float d as bits, sum of
- * q over values 0..15, over 16..31, unused}).  q_lo / meta_lo: the
- * two-level form's second level (gk_quantize_rows_2level), which the
- * prefill matmul of quantised weights reads; NULL elsewhere. */
+ * q over values 0..15, over 16..31, unused}).  h: the rows as f16 bits
+ * (gk_rows_to_f16), which the prefill matmul of quantised weights reads;
+ * NULL elsewhere. */
 typedef struct gk_act {
     const float *f;
     const int8_t *q;
     const int32_t *meta; /* 4 int32 per 32 values */
     int64_t n;
-    const int8_t *q_lo;
-    const int32_t *meta_lo;
+    const uint16_t *h;
 } gk_act;
 
 /* A weight matrix (or a stack of expert matrices). */
@@ -92,10 +91,8 @@ bool gk_type_supported(uint32_t type);
 
 /* --- quantize.cu */
 int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta);
-/* The same level 1, plus the residual x - d q quantised by the same rule
- * into q_lo / meta_lo (two-level: about 15 bits per 32-value block). */
-int gk_quantize_rows_2level(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta,
-                            int8_t *q_lo, int32_t *meta_lo);
+/* The rows as f16 bits, rounded to nearest (n % 4 == 0). */
+int gk_rows_to_f16(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, uint16_t *h);
 
 /* --- matvec.cu.  Decode: at most GK_MATVEC_MAX_TOK tokens for dense rows.
  * glu (dense or routed): y = silu(W . x) * (W2 . x) with W2 a second matrix
@@ -118,8 +115,8 @@ bool gk_matvec_mixed(uint32_t type, uint32_t last);
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
  * activation row of slot s is routes[order[s]].token (gather) or s, output
- * row s.  Quantised weights read x's two-level 8-bit form (q, meta, q_lo,
- * meta_lo: gk_quantize_rows_2level first), float weights x.f. */
+ * row s.  Quantised weights read x's f16 form (x.h: gk_rows_to_f16
+ * first), float weights x.f. */
 enum { GK_TILE_TOK = 64, GK_MATMUL_K = 64 }; /* rows of n_cols % GK_MATMUL_K == 0 only */
 int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out);
 
@@ -166,6 +163,11 @@ size_t gk_attention_scratch(int n_tok, int n_head, int n_head_kv, int head_dim_v
  * GK_ATTN_MAX_GROUP query heads per KV head, and 48 KiB. */
 size_t gk_attention_smem(int group, int head_dim_k);
 int gk_attention(gpuStream_t s, const gk_attn *a, const gk_step *step);
+/* attn_prefill.cu: the same attention for prefill on the tensor cores
+ * (F16 cache, head_dim_k == head_dim_v of 64 or 128, no out_q, no
+ * scratch); gk_attention_tiles_fit says whether a launch qualifies. */
+bool gk_attention_tiles_fit(const gk_attn *a);
+int gk_attention_tiles(gpuStream_t s, const gk_attn *a, const gk_step *step);
 
 /* An RMSNorm's output: y = x / rms(x) * gain (gain NULL: none), and with q
  * the 8-bit form of y (meta as gk_act's). */

@@ -75,7 +75,7 @@ static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row
 }
 
 /* mmq.cu: the quantised formats' launch (w->type a GQ_FOR_EACH_QUANT type,
- * n_cols % 32 == 0; x's two-level 8-bit form read).  w2 not NULL: the up
+ * n_cols % 64 == 0; x's f16 form read).  w2 not NULL: the up
  * matrix of a GLU pair with w (same type and shape); the output is then
  * silu(W . x) * (W2 . x). */
 int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,

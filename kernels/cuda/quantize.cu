@@ -5,19 +5,14 @@
  * (kernels/cpu/quant_ref.h), plus each half's sum of q for the formats'
  * offset terms.  One warp per 32 values.
  *
- * The two-level form (prefill's tile matmul, mmq.cu) adds the residual
- * r = x - d q quantised by the same rule into q_lo / meta_lo, so x = d q +
- * d_lo q_lo to within d_lo / 2 <= amax / 2 / 127 / 254: about 15 bits per
- * block instead of 8, for two integer products.  Prefill then rounds its
- * inputs less than f16 tiles did (an 8-bit-only prefill moved a greedy
- * continuation of the Q4_K_M reference model off the reference at a step
- * with a 0.29 logit margin); level 1 stays the matvec's form bit for bit.
+ * Prefill's tile matmul of quantised weights (mmq.cu) reads the rows as
+ * f16 instead (gk_rows_to_f16): mmq.cu says why.
  */
 #include "common.cuh"
 
 /* Quantises this lane's value v of a warp's 32 into q[i] and the block's
- * meta (d, half sums); returns the scale d. */
-static inline __device__ float quantize_lane(float v, int64_t i, int8_t *q, int32_t *meta)
+ * meta (d, half sums). */
+static inline __device__ void quantize_lane(float v, int64_t i, int8_t *q, int32_t *meta)
 {
     const float amax = warp_max(fabsf(v));
     const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -36,44 +31,47 @@ static inline __device__ float quantize_lane(float v, int64_t i, int8_t *q, int3
         mt[2] = s_hi;
         mt[3] = 0;
     }
-    return d * (float)qi;
 }
 
-template <bool TWO_LEVEL>
-__global__ void k_quantize(const float *x, int64_t total, int8_t *q, int32_t *meta, int8_t *q_lo, int32_t *meta_lo)
+__global__ void k_quantize(const float *x, int64_t total, int8_t *q, int32_t *meta)
 {
     gpu_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) /* total is a multiple of 32: whole warps leave */
         return;
-    const float v = x[i];
-    const float hi = quantize_lane(v, i, q, meta);
-    if constexpr (TWO_LEVEL)
-        quantize_lane(v - hi, i, q_lo, meta_lo);
+    quantize_lane(x[i], i, q, meta);
 }
 
-static int quantize_launch(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta,
-                           int8_t *q_lo, int32_t *meta_lo)
+/* Four floats a thread, rounded to nearest f16. */
+__global__ void k_to_f16(const float4 *x, int64_t n4, uint2 *h)
+{
+    gpu_pdl_wait();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4)
+        return;
+    const float4 v = x[i];
+    const half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    h[i] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+}
+
+enum { QZ_THREADS = 256 };
+
+extern "C" int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta)
 {
     const int64_t total = n_rows * n;
     if (total == 0)
         return 0;
-    const int threads = 256;
-    const unsigned blocks = (unsigned)((total + threads - 1) / threads);
-    if (q_lo == NULL)
-        return gk_launch(k_quantize<false>, blocks, threads, 0, s, x, total, q, meta, q_lo, meta_lo);
-    return gk_launch(k_quantize<true>, blocks, threads, 0, s, x, total, q, meta, q_lo, meta_lo);
+    const unsigned blocks = (unsigned)((total + QZ_THREADS - 1) / QZ_THREADS);
+    return gk_launch(k_quantize, blocks, QZ_THREADS, 0, s, x, total, q, meta);
 }
 
-extern "C" int gk_quantize_rows(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q, int32_t *meta)
+extern "C" int gk_rows_to_f16(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, uint16_t *h)
 {
-    return quantize_launch(s, x, n_rows, n, q, meta, NULL, NULL);
-}
-
-extern "C" int gk_quantize_rows_2level(gpuStream_t s, const float *x, int64_t n_rows, int64_t n, int8_t *q,
-                                       int32_t *meta, int8_t *q_lo, int32_t *meta_lo)
-{
-    if (q_lo == NULL || meta_lo == NULL)
+    const int64_t n4 = n_rows * n / 4;
+    if (n % 4 != 0)
         return (int)gpuErrorInvalidValue;
-    return quantize_launch(s, x, n_rows, n, q, meta, q_lo, meta_lo);
+    if (n4 == 0)
+        return 0;
+    const unsigned blocks = (unsigned)((n4 + QZ_THREADS - 1) / QZ_THREADS);
+    return gk_launch(k_to_f16, blocks, QZ_THREADS, 0, s, (const float4 *)x, n4, (uint2 *)h);
 }

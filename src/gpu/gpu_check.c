@@ -12,20 +12,22 @@
 typedef struct check_bufs {
     uint8_t *w;
     float *x, *y;
-    int8_t *q, *q_lo;
-    int32_t *meta, *meta_lo;
+    int8_t *q;
+    int32_t *meta;
+    uint16_t *h;
 } check_bufs;
 
 static hydra_status run_linear(const check_bufs *d, const gk_mat *w, int n_tok, bool matmul)
 {
-    const gk_act x = {.f = d->x, .q = d->q, .meta = d->meta, .n = w->n_cols, .q_lo = d->q_lo, .meta_lo = d->meta_lo};
+    const gk_act x = {.f = d->x, .q = d->q, .meta = d->meta, .n = w->n_cols, .h = d->h};
     const gk_out out = {.y = d->y, .y_stride = w->n_rows};
-    /* quantised weights read the 8-bit activations: one level in the
-     * matvec, two in the matmul (the first level the same) */
+    /* quantised weights: the matvec reads the 8-bit activations (made in
+     * the matmul case too, for the caller's check of the rule), the matmul
+     * their f16 form */
     const bool q8 = w->type != QT_F32 && w->type != QT_F16 && w->type != QT_BF16;
-    int e = !q8    ? 0
-            : matmul ? gk_quantize_rows_2level(0, d->x, n_tok, w->n_cols, d->q, d->meta, d->q_lo, d->meta_lo)
-                     : gk_quantize_rows(0, d->x, n_tok, w->n_cols, d->q, d->meta);
+    int e = q8 ? gk_quantize_rows(0, d->x, n_tok, w->n_cols, d->q, d->meta) : 0;
+    if (e == 0 && q8 && matmul)
+        e = gk_rows_to_f16(0, d->x, n_tok, w->n_cols, d->h);
     const gk_rows rows = {.n_tok = n_tok};
     if (e == 0)
         e = matmul ? gk_matmul(0, w, &x, n_tok, &out) : gk_matvec(0, w, NULL, &x, &rows, &out);
@@ -51,8 +53,7 @@ hydra_status gpu_check_linear(uint32_t type, const void *w, int64_t n_rows, int6
     CARVE(&c, d.y, sizeof(float) * (size_t)n_tok * (size_t)n_rows);
     CARVE(&c, d.q, nx);
     CARVE(&c, d.meta, 16 * (nx / 32 + 1));
-    CARVE(&c, d.q_lo, nx);
-    CARVE(&c, d.meta_lo, 16 * (nx / 32 + 1));
+    CARVE(&c, d.h, 2 * nx);
     void *base = NULL;
     hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &base, "linear check");
     if (st != HYDRA_OK)

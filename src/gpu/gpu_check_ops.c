@@ -145,11 +145,13 @@ static int launch_attn(const void *ctx, const gpu_check_buf *b)
     const gpu_attn_check *c = ctx;
     const int64_t k_row = (int64_t)c->n_head_kv * c->head_dim_k;
     const gk_attn a = {.q = b[AB_Q].dev, .k = b[AB_K].dev, .v = c->v_in_k ? b[AB_K].dev : b[AB_V].dev,
-                       .kv_f16 = false, .k_row = k_row,
+                       .kv_f16 = c->tiles, .k_row = k_row,
                        .v_row = c->v_in_k ? k_row : (int64_t)c->n_head_kv * c->head_dim_v, .n_head = c->n_head,
                        .n_head_kv = c->n_head_kv, .head_dim_k = c->head_dim_k, .head_dim_v = c->head_dim_v,
                        .scale = c->scale, .n_tok = c->n_tok, .tok0 = 0, .max_kv = c->n_ctx,
                        .scratch = b[AB_SCRATCH].dev, .out = b[AB_OUT].dev};
+    if (c->tiles)
+        return gk_attention_tiles(0, &a, b[AB_STEP].dev);
     if (!attn_ext(c))
         return gk_attention(0, &a, b[AB_STEP].dev);
     const gk_attn_ext x = {.sinks = dev_or_null(&b[AB_SINKS], c->sinks), .window = c->window};
@@ -165,10 +167,12 @@ hydra_status gpu_check_attention(const gpu_attn_check *c, const float *q, const 
     const size_t plain = gk_attention_scratch(c->n_tok, c->n_head, c->n_head_kv, c->head_dim_v, c->n_ctx);
     const size_t ext = gk_attention_ext_scratch(c->n_tok, c->n_head, c->head_dim_v, c->n_ctx);
     const gk_step step = {.pos0 = c->pos0, .n_tok = c->n_tok};
+    const size_t kv_div = c->tiles ? 2 : 1; /* f16 cache rows: half the bytes */
     gpu_check_buf b[AB_COUNT] = {
         [AB_Q] = {.in = q, .bytes = fsz((int64_t)c->n_tok * c->n_head * c->head_dim_k)},
-        [AB_K] = {.in = k_rows, .bytes = fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_k)},
-        [AB_V] = {.in = v_rows, .bytes = c->v_in_k ? 0 : fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_v)},
+        [AB_K] = {.in = k_rows, .bytes = fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_k) / kv_div},
+        [AB_V] = {.in = v_rows,
+                  .bytes = c->v_in_k ? 0 : fsz((int64_t)c->n_ctx * c->n_head_kv * c->head_dim_v) / kv_div},
         [AB_SINKS] = {.in = c->sinks, .bytes = c->sinks != NULL ? fsz(c->n_head) : 0},
         [AB_STEP] = {.in = &step, .bytes = sizeof step},
         [AB_SCRATCH] = {.bytes = sizeof(float) * (plain > ext ? plain : ext)},

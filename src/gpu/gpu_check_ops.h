@@ -32,11 +32,13 @@ hydra_status gpu_check_rope(const gpu_rope_check *c, float *q, float *k);
  * positions pos0 .. over an F32 cache of n_ctx rows (k_rows: n_head_kv
  * heads of head_dim_k; v_rows: n_head_kv heads of head_dim_v, or NULL with
  * v_in_k: V is the first head_dim_v values of each K row, MLA's layout).
- * ext (or sinks, window, v_in_k) takes gk_attention_ext, else
- * gk_attention.  out: n_tok rows of n_head heads of head_dim_v. */
+ * ext (or sinks, window, v_in_k) takes gk_attention_ext, tiles
+ * gk_attention_tiles over an F16 cache (k_rows, v_rows then hold f16
+ * bits), else gk_attention.  out: n_tok rows of n_head heads of
+ * head_dim_v. */
 typedef struct gpu_attn_check {
     int n_head, n_head_kv, head_dim_k, head_dim_v;
-    bool v_in_k, ext;
+    bool v_in_k, ext, tiles;
     float scale;
     const float *sinks; /* n_head; NULL: none */
     int window;

@@ -40,7 +40,7 @@ static void act_bind(gpu_act *a, int64_t n, int n_rows)
     a->n = n;
     a->n_rows = n_rows;
     a->q_ready = false;
-    a->lo_ready = false;
+    a->h_ready = false;
 }
 
 static bool reads_8bit(const gk_mat *w)
@@ -59,17 +59,15 @@ static hydra_status act_quantize(gpu_session *g, gpu_act *a)
     return HYDRA_OK;
 }
 
-/* The two-level form (level 1 as act_quantize's, plus the residual's),
- * which the prefill matmuls of quantised weights read (mmq.cu). */
-static hydra_status act_quantize_2level(gpu_session *g, gpu_act *a)
+/* The f16 form of a's rows, which the prefill matmuls of quantised
+ * weights read (mmq.cu), made on first use after a bind. */
+static hydra_status act_half(gpu_session *g, gpu_act *a)
 {
-    if (a->lo_ready)
+    if (a->h_ready)
         return HYDRA_OK;
-    TRY(gk_quantize_rows_2level(g->stream, a->f, a->n_rows, a->n, a->q, a->meta, a->q_lo, a->meta_lo),
-        "quantizing activations (two levels)");
+    TRY(gk_rows_to_f16(g->stream, a->f, a->n_rows, a->n, a->h), "activations to f16");
     gpu_prof_mark(g, OP_QUANT);
-    a->q_ready = true;
-    a->lo_ready = true;
+    a->h_ready = true;
     return HYDRA_OK;
 }
 
@@ -77,7 +75,7 @@ static gk_act act_view(const gpu_act *a, int64_t row0)
 {
     const int64_t meta_row = row0 * (a->n / 32) * 4;
     return (gk_act){.f = a->f + row0 * a->n, .q = a->q + row0 * a->n, .meta = a->meta + meta_row, .n = a->n,
-                    .q_lo = a->q_lo + row0 * a->n, .meta_lo = a->meta_lo + meta_row};
+                    .h = a->h + row0 * a->n};
 }
 
 /* --- building blocks */
@@ -89,8 +87,8 @@ static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t 
 {
     const bool tiled = n_tok > GK_MATVEC_MAX_TOK && w->n_cols % GK_MATMUL_K == 0;
     if (tiled) {
-        if (reads_8bit(w)) /* quantised weights: integer tensor-core products (mmq.cu) */
-            TRY_ST(act_quantize_2level(g, x));
+        if (reads_8bit(w)) /* quantised weights: f16 tensor-core products (mmq.cu) */
+            TRY_ST(act_half(g, x));
         const gk_act xa = act_view(x, row0);
         const gk_out out = {.y = y, .y_stride = y_stride, .bias = bias, .accumulate = accumulate};
         TRY(gk_matmul(g->stream, w, &xa, n_tok, &out), "matmul");
@@ -201,21 +199,31 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
         gpu_prof_mark(g, OP_ROPE);
     }
 
-    /* Token groups whose partials fit the attention scratch (sized at
+    /* The whole step's attention; prefill over an F16 cache takes it in
+     * one tiled launch on the tensor cores (attn_prefill.cu). */
+    const gk_attn whole = {.q = g->q, .k = k_cache, .v = v_cache, .kv_f16 = g->o.kv_type == QT_F16,
+                           .k_row = g->k_row, .v_row = g->v_row, .n_head = (int)hp->n_head,
+                           .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
+                           .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale, .n_tok = n,
+                           .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f};
+    const bool tiled = plain && n > GK_MATVEC_MAX_TOK && gk_attention_tiles_fit(&whole);
+    if (tiled)
+        TRY(gk_attention_tiles(g->stream, &whole, g->d_step), "attention");
+    /* Else token groups whose partials fit the attention scratch (sized at
      * creation): halved until they fit, so the same step always cuts the
      * same groups. */
-    for (int t0 = 0, n_g; t0 < n; t0 += n_g) {
+    for (int t0 = 0, n_g; !tiled && t0 < n; t0 += n_g) {
         n_g = n - t0;
         while (n_g > 1 && gk_attention_scratch(n_g, (int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_v,
                                                (int)sh->max_kv) > g->attn_scratch_floats)
             n_g = (n_g + 1) / 2;
-        const gk_attn a = {.q = g->q + t0 * dq, .k = k_cache, .v = v_cache, .kv_f16 = g->o.kv_type == QT_F16,
-                           .k_row = g->k_row, .v_row = g->v_row, .n_head = (int)hp->n_head,
-                           .n_head_kv = (int)hp->n_head_kv, .head_dim_k = (int)hp->head_dim_k,
-                           .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale, .n_tok = n_g, .tok0 = t0,
-                           .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f + t0 * datt,
-                           .out_q = att_q8 ? g->att.q + t0 * datt : NULL,
-                           .out_meta = att_q8 ? g->att.meta + t0 * (datt / 32) * 4 : NULL};
+        gk_attn a = whole;
+        a.q = g->q + t0 * dq;
+        a.n_tok = n_g;
+        a.tok0 = t0;
+        a.out = g->att.f + t0 * datt;
+        a.out_q = att_q8 ? g->att.q + t0 * datt : NULL;
+        a.out_meta = att_q8 ? g->att.meta + t0 * (datt / 32) * 4 : NULL;
         TRY(rope_in_attention ? gk_attention_rope(g->stream, &a, &r, g->d_step)
                               : gpu_attn_launch(g, l, &a), /* sinks, windows: gpu_arch.c */
             "attention");
@@ -306,7 +314,7 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
     TRY(gk_moe_group(g->stream, g->routes, n_routes, (int)g->w->hp.n_expert, &gr), "grouping routes");
     gpu_prof_mark(g, OP_GROUP);
     if (reads_8bit(gate) || reads_8bit(up))
-        TRY_ST(act_quantize_2level(g, &g->xn));
+        TRY_ST(act_half(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
     if (glu_pair(gate, up) && reads_8bit(gate) && gpu_ffn_plain(g, l)) { /* one launch, SwiGLU applied */
         const gk_out oh = {.y = g->h.f, .y_stride = ff};
@@ -320,7 +328,7 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
     if (reads_8bit(down))
-        TRY_ST(act_quantize_2level(g, &g->h));
+        TRY_ST(act_half(g, &g->h));
     const gk_act ha = act_view(&g->h, 0);
     const gk_out oy = {.y = g->y, .y_stride = embd};
     TRY(gk_matmul_grouped(g->stream, down, &ha, g->routes, &gr, false, &oy), "experts down");

@@ -80,12 +80,11 @@ typedef struct gpu_act {
     float *f;
     int8_t *q;
     int32_t *meta;
-    int8_t *q_lo;    /* the two-level form's second level (prefill matmuls) */
-    int32_t *meta_lo;
+    uint16_t *h;     /* f16 bits (prefill matmuls of quantised weights) */
     int64_t n;       /* values per row */
     int n_rows;      /* current rows */
     bool q_ready;    /* q/meta hold the current contents */
-    bool lo_ready;   /* ... and q_lo/meta_lo too */
+    bool h_ready;    /* h holds them */
 } gpu_act;
 
 /* An activation set of up to rows rows of n values, with its 8-bit form,

@@ -110,8 +110,7 @@ void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n)
     CARVE(c, a->f, sizeof(float) * (size_t)(rows * n));
     CARVE(c, a->q, (size_t)(rows * n));
     CARVE(c, a->meta, 16 * (size_t)(rows * (n / 32 + 1)));
-    CARVE(c, a->q_lo, (size_t)(rows * n));
-    CARVE(c, a->meta_lo, 16 * (size_t)(rows * (n / 32 + 1)));
+    CARVE(c, a->h, 2 * (size_t)(rows * n));
 }
 
 static hydra_status alloc_scratch(gpu_session *g)
