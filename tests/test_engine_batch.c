@@ -38,15 +38,10 @@ static hydra_status fixture_open(fixture *fx, const char *preset)
     memset(fx, 0, sizeof *fx);
     char name[128];
     snprintf(name, sizeof name, "batch-%s.gguf", preset);
-    const char *path = util_scratch_path(name);
     synth_params sp;
     hydra_status st = synth_preset(preset, &sp);
     if (st == HYDRA_OK)
-        st = synth_write(path, &sp);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    if (st == HYDRA_OK)
-        st = hydra_model_open(&fx->model, &mp);
+        st = util_open_synth(&sp, name, &fx->model);
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = N_CTX;
     p.n_batch = N_BATCH;

@@ -13,19 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-static hydra_status open_model(const char *path, hydra_model **m)
-{
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
-
-static hydra_status open_shared(const char *name, hydra_model **m)
-{
-    char path[512];
-    return open_model(util_shared_model_path(name, path, sizeof path), m);
-}
-
 /* What to change while copying a model. */
 typedef struct edit {
     const char *drop_key;
@@ -115,7 +102,7 @@ static hydra_status copy_key(const hydra_model *m, gguf_writer *w, const char *k
 static hydra_status write_edited(const char *name, const edit *e, const char *out_path)
 {
     hydra_model *m;
-    hydra_status st = open_shared(name, &m);
+    hydra_status st = util_open_shared_model(name, &m);
     if (st != HYDRA_OK)
         return st;
     gguf_writer *w;
@@ -158,7 +145,7 @@ static hydra_status bind_edited(const char *name, const edit *e, char *why, size
         return HYDRA_ERR_IO;
     }
     hydra_model *m;
-    st = open_model(path, &m);
+    st = util_open_model(path, &m);
     if (st == HYDRA_OK) {
         model_weights w;
         st = weights_bind(&w, m);
@@ -236,7 +223,7 @@ TEST(engine_weights_hyperparameters_of_the_shared_files)
     REQUIRE_SHARED();
     hydra_model *m;
     model_weights w;
-    CHECK_OK(open_shared("qwen3moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     hydra_status st = weights_bind(&w, m);
     arch_hparams q3 = w.hp;
     const arch_desc *a = w.arch;
@@ -255,7 +242,7 @@ TEST(engine_weights_hyperparameters_of_the_shared_files)
     CHECK_EQ_INT(q3.n_vocab, 905);
     CHECK(q3.expert_weights_norm && q3.expert_weights_scale == 1.0f);
 
-    CHECK_OK(open_shared("qwen2moe-tiny-f32", &m));
+    CHECK_OK(util_open_shared_model("qwen2moe-tiny-f32", &m));
     st = weights_bind(&w, m);
     arch_hparams q2 = w.hp;
     const bool bound_shexp = st == HYDRA_OK && w.layer[0].w[W_SHEXP_ROUTER].data && w.layer[1].w[W_ATTN_K_BIAS].data;
@@ -266,7 +253,7 @@ TEST(engine_weights_hyperparameters_of_the_shared_files)
     CHECK_EQ_INT(q2.n_ff_shexp, 128);
     CHECK_EQ_INT(q2.head_dim_k, 16);
 
-    CHECK_OK(open_shared("mixtral-tiny-f16", &m));
+    CHECK_OK(util_open_shared_model("mixtral-tiny-f16", &m));
     st = weights_bind(&w, m);
     arch_hparams mx = w.hp;
     a = w.arch;
@@ -298,7 +285,7 @@ TEST(engine_weights_hyperparameters_of_deepseek2_and_gptoss)
     REQUIRE_SHARED();
     hydra_model *m;
     model_weights w;
-    CHECK_OK(open_shared("deepseek2-tiny-f32", &m));
+    CHECK_OK(util_open_shared_model("deepseek2-tiny-f32", &m));
     hydra_status st = weights_bind(&w, m);
     const arch_hparams ds = w.hp;
     const bool dense_lead = st == HYDRA_OK && !w.layer[0].moe && w.layer[1].moe && w.layer[2].moe &&
@@ -317,7 +304,7 @@ TEST(engine_weights_hyperparameters_of_deepseek2_and_gptoss)
     CHECK(fabs(ds.kq_scale - pow(1 + 0.1 * log(4.0), 2) / sqrt(48.0)) < 1e-6);
     CHECK(fabs(ds.rope.attn_factor * (1 + 0.1 * log(4.0)) - 1) < 1e-6);
 
-    CHECK_OK(open_shared("gptoss-tiny-mxfp4", &m));
+    CHECK_OK(util_open_shared_model("gptoss-tiny-mxfp4", &m));
     st = weights_bind(&w, m);
     const arch_hparams oss = w.hp;
     uint32_t windows[4] = {0};

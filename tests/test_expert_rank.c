@@ -250,13 +250,8 @@ TEST(expert_rank_session_profile)
 {
     synth_params p;
     CHECK_OK(synth_preset("tiny", &p));
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path("profile-tiny.gguf"));
-    CHECK_OK(synth_write(path, &p));
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
     hydra_model *m;
-    CHECK_OK(hydra_model_open(&m, &mp));
+    CHECK_OK(util_open_synth(&p, "profile-tiny.gguf", &m));
     hydra_session_params sp = hydra_session_default_params();
     sp.n_ctx = 32, sp.n_threads = 1;
     hydra_session *s = NULL;

@@ -16,22 +16,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static hydra_status open_path(const char *path, hydra_model **m)
-{
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
-
-/* Writes p to the scratch file `name` and opens it. */
-static hydra_status write_and_open(const synth_params *p, const char *name, hydra_model **m)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path(name));
-    hydra_status st = synth_write(path, p);
-    return st != HYDRA_OK ? st : open_path(path, m);
-}
-
 static uint64_t meta_u64(const hydra_model *m, const char *fmt, const char *arch)
 {
     char key[128];
@@ -82,7 +66,7 @@ static void check_arch_file(test_ctx *t_, const char *preset)
     hydra_model *m;
     char file[64], why[256];
     snprintf(file, sizeof file, "synth-%s.gguf", preset);
-    CHECK_OK(write_and_open(&p, file, &m));
+    CHECK_OK(util_open_synth(&p, file, &m));
     const char *a = p.arch;
     uint32_t moe = p.n_dense_lead; /* first MoE block */
     char gate[64], down[64], router[64];
@@ -197,11 +181,11 @@ static void check_layout(test_ctx *t_, const char *preset, const char *shape_ref
     char path[512], file[64], why[256] = "";
     CHECK_OK(synth_preset(preset, &p));
     snprintf(file, sizeof file, "layout-%s.gguf", preset);
-    CHECK_OK(write_and_open(&p, file, &ours));
+    CHECK_OK(util_open_synth(&p, file, &ours));
     util_shared_model_path(shape_ref, path, sizeof path);
-    CHECK_OK(open_path(path, &ref));
+    CHECK_OK(util_open_model(path, &ref));
     util_shared_model_path(type_ref, path, sizeof path);
-    CHECK_OK(open_path(path, &quantised));
+    CHECK_OK(util_open_model(path, &quantised));
     hydra_tensor_info embd;
     hydra_model_tensor_find(ours, "token_embd.weight", &embd);
     bool ok = same_tensors(ours, ref, embd.ne[1], why, sizeof why) && same_f32_set(ours, quantised, why, sizeof why) &&
@@ -229,9 +213,9 @@ TEST(synth_byte_tokens_match_gpt2)
     hydra_model *ours, *ref;
     char path[512];
     CHECK_OK(synth_preset("tiny", &p));
-    CHECK_OK(write_and_open(&p, "vocab-bytes.gguf", &ours));
+    CHECK_OK(util_open_synth(&p, "vocab-bytes.gguf", &ours));
     snprintf(path, sizeof path, "%s/models/qwen3moe-tiny-f32.gguf", test_shared_dir());
-    CHECK_OK(open_path(path, &ref));
+    CHECK_OK(util_open_model(path, &ref));
     int mismatch = -1;
     for (int i = 0; i < 256 && mismatch < 0; i++) {
         const char *a = NULL, *b = NULL;
@@ -292,7 +276,7 @@ TEST(synth_vocab_is_consistent_bpe)
     hydra_model *m;
     CHECK_OK(synth_preset("tiny", &p));
     p.n_vocab = 1000;
-    CHECK_OK(write_and_open(&p, "vocab-bpe.gguf", &m));
+    CHECK_OK(util_open_synth(&p, "vocab-bpe.gguf", &m));
     hydra_value_type elem;
     size_t n_tok = 0, n_merges = 0;
     hydra_model_get_arr(m, "tokenizer.ggml.tokens", &elem, &n_tok);
@@ -438,14 +422,14 @@ TEST(synth_every_writable_type_round_trips)
     CHECK_OK(synth_preset("qwen3moe-tiny", &p));
     p.n_layer = 1, p.n_embd = 256, p.head_dim = 64, p.n_ff_exp = 256, p.n_expert = 2, p.n_expert_used = 1;
     p.type = QT_F32;
-    CHECK_OK(write_and_open(&p, "types-f32.gguf", &f));
+    CHECK_OK(util_open_synth(&p, "types-f32.gguf", &f));
     int n_types = 0;
     for (uint32_t t = 0; t < QT_COUNT; t++) {
         hydra_model *q;
         if (!synth_type_writable(t) || t == QT_F32)
             continue;
         p.type = t;
-        hydra_status st = write_and_open(&p, "types-q.gguf", &q);
+        hydra_status st = util_open_synth(&p, "types-q.gguf", &q);
         if (st != HYDRA_OK) {
             hydra_model_close(f);
             FAIL("%s: %s", quant_traits_of(t)->name, hydra_last_error());
@@ -515,7 +499,7 @@ TEST(synth_reduced_qwen3_30b_writes_and_opens)
     char why[256] = "";
     CHECK_OK(synth_preset("qwen3-30b-a3b", &p));
     p.n_layer = 1, p.n_expert = 4, p.n_expert_used = 2, p.n_vocab = 4096;
-    CHECK_OK(write_and_open(&p, "qwen3-30b-reduced.gguf", &m));
+    CHECK_OK(util_open_synth(&p, "qwen3-30b-reduced.gguf", &m));
     bool ok = tensor_is(m, "blk.0.attn_q.weight", QT_Q8_0, 2048, 4096, 0, why, sizeof why) &&
               tensor_is(m, "blk.0.attn_k_norm.weight", QT_F32, 128, 0, 0, why, sizeof why) &&
               tensor_is(m, "blk.0.ffn_up_exps.weight", QT_Q8_0, 2048, 768, 4, why, sizeof why) &&
@@ -560,7 +544,7 @@ static void check_runs(test_ctx *t_, const char *preset)
     char file[64];
     CHECK_OK(synth_preset(preset, &p));
     snprintf(file, sizeof file, "engine-%s.gguf", preset);
-    CHECK_OK(write_and_open(&p, file, &m));
+    CHECK_OK(util_open_synth(&p, file, &m));
     hydra_session_params sp = hydra_session_default_params();
     sp.n_ctx = 32, sp.n_threads = 2;
     hydra_status st = hydra_session_create(&s, m, &sp);

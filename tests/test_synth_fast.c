@@ -50,13 +50,8 @@ TEST(synth_fast_rows_come_from_the_pool)
 {
     synth_params p;
     fast_params(&p);
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path("fast-pool.gguf"));
-    CHECK_OK(synth_write(path, &p));
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
     hydra_model *m;
-    CHECK_OK(hydra_model_open(&m, &mp));
+    CHECK_OK(util_open_synth(&p, "fast-pool.gguf", &m));
     hydra_tensor_info ti;
     CHECK_OK(hydra_model_tensor_find(m, "blk.0.ffn_up_exps.weight", &ti));
     uint64_t rows = ti.ne[1] * ti.ne[2], row_bytes = ti.n_bytes / rows, distinct = 0;
@@ -82,13 +77,8 @@ TEST(synth_fast_skewed_file_runs_in_the_engine)
     p.router_skew = 2.0f;
     p.mix = SYNTH_MIX_Q4_K_M;
     p.head_dim = 64; /* attn_output rows of 4 x 64: whole Q4_K blocks */
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path("fast-skew.gguf"));
-    CHECK_OK(synth_write(path, &p));
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
     hydra_model *m;
-    CHECK_OK(hydra_model_open(&m, &mp));
+    CHECK_OK(util_open_synth(&p, "fast-skew.gguf", &m));
     hydra_session_params sp = hydra_session_default_params();
     sp.n_ctx = 32, sp.n_threads = 2;
     hydra_session *s = NULL;
@@ -126,15 +116,9 @@ static hydra_status profile_skew(float skew, const char *name, expert_rank *r)
     synth_params p;
     synth_preset("qwen3moe-tiny", &p);
     p.n_layer = 4, p.n_expert = 16, p.n_expert_used = 2, p.router_skew = skew, p.fast = true;
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path(name));
-    hydra_status st = synth_write(path, &p);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
     hydra_model *m = NULL;
     hydra_session *s = NULL;
-    if (st == HYDRA_OK)
-        st = hydra_model_open(&m, &mp);
+    hydra_status st = util_open_synth(&p, name, &m);
     hydra_session_params sp = hydra_session_default_params();
     sp.n_ctx = 128, sp.n_threads = 2;
     if (st == HYDRA_OK)

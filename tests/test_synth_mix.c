@@ -13,13 +13,6 @@
 
 #include <stdio.h>
 
-static hydra_status open_path(const char *path, hydra_model **m)
-{
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
-
 /* The first tensor whose type differs between the two files (or that one
  * of them lacks), written to why; false when all agree. */
 static bool first_type_difference(const hydra_model *ref, const hydra_model *ours, char *why, size_t len)
@@ -44,7 +37,7 @@ TEST(synth_mix_q4_k_m_matches_llama_quantize)
     char ref_path[4096], why[256];
     snprintf(ref_path, sizeof ref_path, "%s/models/qwen3moe-kq-q4_k_m.gguf", test_shared_dir());
     hydra_model *ref, *ours;
-    CHECK_OK(open_path(ref_path, &ref));
+    CHECK_OK(util_open_model(ref_path, &ref));
     /* its shape (hydra-run --info on the file) */
     synth_params p;
     CHECK_OK(synth_preset("qwen3moe-tiny", &p));
@@ -56,7 +49,7 @@ TEST(synth_mix_q4_k_m_matches_llama_quantize)
         hydra_model_close(ref);
         FAIL("synth_write: %s", hydra_last_error());
     }
-    CHECK_OK(open_path(path, &ours));
+    CHECK_OK(util_open_model(path, &ours));
     bool differs = first_type_difference(ref, ours, why, sizeof why);
     uint64_t ftype_ref = 0, ftype_ours = 0;
     hydra_model_get_u64(ref, "general.file_type", &ftype_ref);
@@ -81,10 +74,8 @@ TEST(synth_mix_q4_k_m_widens_half_of_attn_v_and_ffn_down)
     synth_params p;
     CHECK_OK(synth_preset("qwen3moe-bench", &p));
     p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.head_dim = 64, p.n_ff_exp = 256, p.n_vocab = 512;
-    const char *path = util_scratch_path("mix-q4_k_m-64.gguf");
-    CHECK_OK(synth_write(path, &p));
     hydra_model *m;
-    CHECK_OK(open_path(path, &m));
+    CHECK_OK(util_open_synth(&p, "mix-q4_k_m-64.gguf", &m));
     static const bool wide[8] = {true, false, false, true, false, false, true, true};
     char name[64], why[128] = "";
     for (int l = 0; l < 8 && why[0] == '\0'; l++) {
@@ -144,10 +135,8 @@ TEST(synth_mix_iq2_xxs_exps_puts_experts_in_iq2_xxs)
     p.n_expert_used = 2, p.n_ff_exp = 256, p.n_vocab = 512;
     CHECK(synth_mix_find("iq2_xxs_exps", &p.mix));
     CHECK_EQ_INT(p.mix, SYNTH_MIX_IQ2_XXS_EXPS);
-    const char *path = util_scratch_path("mix-iq2_xxs_exps.gguf");
-    CHECK_OK(synth_write(path, &p));
     hydra_model *m;
-    CHECK_OK(open_path(path, &m));
+    CHECK_OK(util_open_synth(&p, "mix-iq2_xxs_exps.gguf", &m));
     static const struct {
         const char *name;
         uint32_t type;

@@ -131,13 +131,6 @@ static const char *unpack_vocab(const char *name, char *path, size_t cap)
     return system(cmd) == 0 ? path : NULL;
 }
 
-static hydra_status open_path(const char *path, hydra_model **m)
-{
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
-
 /* Each vocabulary is opened once per run, its tokenizer built (a large one
  * takes a few hundred milliseconds), and closed at exit. */
 static hydra_model *opened[sizeof vocabs / sizeof vocabs[0]];
@@ -164,7 +157,7 @@ static hydra_model *vocab_model(const char *name, char *why, size_t why_len)
                         test_shared_dir(), name),
                NULL;
     hydra_model *m;
-    hydra_status st = open_path(path, &m);
+    hydra_status st = util_open_model(path, &m);
     if (st == HYDRA_OK)
         st = hydra_tokenizer_load(m);
     if (st != HYDRA_OK) {
@@ -451,7 +444,7 @@ TEST(tokenizer_names_an_unknown_pre_tokenizer)
     const char *path = util_scratch_path("tokenizer-unknown-pre.gguf");
     CHECK_OK(write_vocab_gguf(path, "gpt2", "no-such-splitter"));
     hydra_model *m;
-    CHECK_OK(open_path(path, &m));
+    CHECK_OK(util_open_model(path, &m));
     hydra_status load = hydra_tokenizer_load(m);
     char message[1024];
     snprintf(message, sizeof message, "%s", hydra_last_error());
@@ -466,7 +459,7 @@ TEST(tokenizer_names_an_unknown_pre_tokenizer)
         FAIL("message does not name the pre-tokenizer: %s", message);
 
     CHECK_OK(write_vocab_gguf(path, "wordpiece-ish", "default"));
-    CHECK_OK(open_path(path, &m));
+    CHECK_OK(util_open_model(path, &m));
     load = hydra_tokenizer_load(m);
     snprintf(message, sizeof message, "%s", hydra_last_error());
     hydra_model_close(m);
@@ -606,7 +599,7 @@ TEST(tokenizer_of_every_shared_model_loads_and_round_trips)
         char path[512], text[256], why[256] = "";
         util_shared_model_path(ref->file, path, sizeof path);
         hydra_model *m;
-        hydra_status st = open_path(path, &m);
+        hydra_status st = util_open_model(path, &m);
         if (st == HYDRA_OK)
             st = hydra_tokenizer_load(m);
         if (st != HYDRA_OK) {

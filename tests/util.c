@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include "synth.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -102,10 +103,23 @@ const char *util_shared_model_path(const char *name, char *path, size_t len)
     return path;
 }
 
+hydra_status util_open_model(const char *path, hydra_model **m)
+{
+    hydra_model_params p = hydra_model_default_params();
+    p.path = path;
+    return hydra_model_open(m, &p);
+}
+
+hydra_status util_open_synth(const synth_params *p, const char *name, hydra_model **m)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", util_scratch_path(name));
+    hydra_status st = synth_write(path, p);
+    return st != HYDRA_OK ? st : util_open_model(path, m);
+}
+
 hydra_status util_open_shared_model(const char *name, hydra_model **m)
 {
     char path[512];
-    hydra_model_params p = hydra_model_default_params();
-    p.path = util_shared_model_path(name, path, sizeof path);
-    return hydra_model_open(m, &p);
+    return util_open_model(util_shared_model_path(name, path, sizeof path), m);
 }

@@ -43,6 +43,14 @@ typedef struct tool_run {
 bool util_run_tool(const char *env, const char *tool, const char *args, const char *input, tool_run *r);
 void tool_run_free(tool_run *r);
 
+/* Opens the GGUF file at path with the default model parameters. */
+hydra_status util_open_model(const char *path, hydra_model **m);
+
+/* Writes the synthetic model p (src/synth.h) to the scratch file NAME
+ * and opens it. */
+struct synth_params;
+hydra_status util_open_synth(const struct synth_params *p, const char *name, hydra_model **m);
+
 /* "<shared>/models/NAME.gguf" into path; returns path. */
 const char *util_shared_model_path(const char *name, char *path, size_t len);
 
