@@ -9,6 +9,7 @@
  * outside the tile stay untouched.
  */
 #include "test.h"
+#include "xorshift.h"
 
 #include "../kernels/cpu/fp16.h"
 #include "../kernels/cpu/iq_blocks.h"
@@ -17,19 +18,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static float rng_float(uint64_t *s) /* uniform in [-1, 1) */
-{
-    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
 
 /* Offsets of the f16 fields that random bytes must not fill with NaN/inf. */
 static const struct {

@@ -8,25 +8,13 @@
  * takes (pools of 1-3 threads).
  */
 #include "test.h"
+#include "xorshift.h"
 
 #include "../kernels/cpu/matmul.h"
 #include "quant.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static float rng_float(uint64_t *s) /* uniform in [-1, 1) */
-{
-    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
 
 enum { PAD = 3 };
 

@@ -20,6 +20,7 @@
  * A set this CPU cannot run is skipped with a message.
  */
 #include "test.h"
+#include "xorshift.h"
 
 #include "../kernels/cpu/fp16.h"
 #include "../kernels/cpu/quant_blocks.h"
@@ -28,19 +29,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static float rng_float(uint64_t *s) /* uniform in [-1, 1) */
-{
-    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
 
 /* Byte offsets of the f16 scale fields of each block type: raw random blocks
  * get these overwritten with ordinary scales (random bits there would be
