@@ -394,6 +394,9 @@ typedef struct hydra_hybrid_stats {
     uint64_t hit_ns, miss_ns, overlap_ns;    /* computing hits (slab side) and misses (CPU), both at once */
     uint64_t repins;                         /* slot table changes after init */
     uint64_t version;                        /* of the split state: bumped by every table change */
+    uint64_t miss_routes, miss_experts;      /* routes computed on the CPU (each token's misses summed) and
+                                                the distinct experts per step that computed them: a step of
+                                                several rows (a verify pass) runs each missed expert once */
 } hydra_hybrid_stats;
 
 /* One MoE layer's share; hand-off round trips (CUDA) as p50/p99 of the
@@ -404,6 +407,7 @@ typedef struct hydra_hybrid_layer_stats {
     uint64_t lookups, hits, prefill_lookups, prefill_hits;
     uint64_t hit_ns, miss_ns, overlap_ns;
     uint64_t n_handoff, handoff_p50_ns, handoff_p99_ns;
+    uint64_t miss_routes, miss_experts;
     uint64_t version;
 } hydra_hybrid_layer_stats;
 

@@ -377,6 +377,24 @@ void hybrid_count(hybrid_state *h, uint32_t l, int64_t n, int64_t n_hits)
     }
 }
 
+void hybrid_count_misses(hybrid_state *h, uint32_t l, const moe_route *misses, int64_t n)
+{
+    hybrid_layer_stats *st = &h->layer[l].stats;
+    const int32_t n_expert = h->layer[l].n_expert;
+    uint64_t seen[(n_expert + 63) / 64 + 1];
+    memset(seen, 0, sizeof seen);
+    uint64_t distinct = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = misses[i].expert;
+        if (e < 0 || e >= n_expert || (seen[e / 64] >> (e % 64) & 1))
+            continue;
+        seen[e / 64] |= 1ull << (e % 64);
+        distinct++;
+    }
+    st->miss_routes += (uint64_t)n;
+    st->miss_experts += distinct;
+}
+
 void hybrid_moe_experts(hybrid_state *h, thread_pool *pool, moe_scratch *s, uint32_t l, const layer_weights *lw,
                         act_set *x, const moe_route *routes, int64_t n, float *out, size_t out_stride)
 {
@@ -384,6 +402,7 @@ void hybrid_moe_experts(hybrid_state *h, thread_pool *pool, moe_scratch *s, uint
     int64_t n_hits, n_misses;
     hybrid_partition(L, routes, n, h->hits, &n_hits, h->misses, &n_misses);
     hybrid_count(h, l, n, n_hits);
+    hybrid_count_misses(h, l, h->misses, n_misses);
     hybrid_layer_stats *st = &L->stats;
     const size_t sums = (size_t)x->n_rows * (size_t)h->n_embd;
     memset(h->hit_sum, 0, sizeof(float) * sums);

@@ -54,6 +54,11 @@ typedef struct hybrid_layer_stats {
     uint64_t overlap_ns;                 /* of the two, running at the same time (CUDA; 0 on the CPU split) */
     uint32_t handoff_ns[HYBRID_HANDOFF_SAMPLES]; /* CUDA hand-off round trips, a ring */
     uint64_t n_handoff;                  /* samples ever recorded; the ring holds min(n, SAMPLES) */
+    /* Misses computed on the CPU, every step: routes (the sum over the
+     * step's tokens of each one's misses) and distinct experts (the union:
+     * moe_experts runs each once for all the tokens that chose it, so a
+     * verify pass of k + 1 rows reads a missed expert's weights once). */
+    uint64_t miss_routes, miss_experts;
 } hybrid_layer_stats;
 
 typedef struct hybrid_stats {
@@ -164,6 +169,10 @@ void hybrid_begin_step(hybrid_state *h, int64_t n_rows, bool decode);
 /* Counts the lookups of n routes of layer l, n_hits of them hits, as the
  * current step's kind (decode or prefill). */
 void hybrid_count(hybrid_state *h, uint32_t l, int64_t n, int64_t n_hits);
+
+/* Counts the n missed routes of layer l that the CPU computes in one step
+ * (miss_routes, miss_experts). */
+void hybrid_count_misses(hybrid_state *h, uint32_t l, const moe_route *misses, int64_t n);
 
 /* The CPU split of one MoE layer: out[t * out_stride] += the experts of
  * the n routes of x's rows, hits from the slab, misses from the mapping,

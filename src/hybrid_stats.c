@@ -31,6 +31,8 @@ void hybrid_public_layer_stats(const hybrid_state *h, uint32_t l, hydra_hybrid_l
         .miss_ns = st->miss_ns,
         .overlap_ns = st->overlap_ns,
         .n_handoff = st->n_handoff,
+        .miss_routes = st->miss_routes,
+        .miss_experts = st->miss_experts,
         .version = L->version,
     };
     hybrid_handoff_quantiles(h, l, &out->handoff_p50_ns, &out->handoff_p99_ns);
@@ -57,6 +59,8 @@ void hybrid_public_stats(const hybrid_state *h, hydra_hybrid_stats *out)
         out->hit_ns += st->hit_ns;
         out->miss_ns += st->miss_ns;
         out->overlap_ns += st->overlap_ns;
+        out->miss_routes += st->miss_routes;
+        out->miss_experts += st->miss_experts;
     }
     out->decode_tokens = h->stats.decode_tokens;
     out->h2d_bytes = h->stats.h2d_bytes;

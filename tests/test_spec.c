@@ -8,6 +8,7 @@
  */
 #include "gguf_write.h"
 #include "hydra.h"
+#include "synth.h"
 #include "test.h"
 #include "util.h"
 
@@ -701,4 +702,49 @@ TEST(spec_greedy_through_the_hybrid_cpu_split)
     CHECK(memcmp(want, got, sizeof want) == 0);
     CHECK(hs.prefill_lookups > 0); /* verify passes have several rows */
     CHECK(hs.prefill_hits > 0 && hs.prefill_hits < hs.prefill_lookups);
+}
+
+/* A verify pass through the hybrid CPU split computes each missed expert
+ * once for all the rows that chose it: with no expert resident, 8 rows of
+ * qwen3moe-tiny (8 experts, top-2, 2 MoE layers) miss 8 x 2 x 2 = 32
+ * routes, which at most 8 experts per layer compute; one-row steps compute
+ * one expert per route. */
+TEST(spec_hybrid_verify_misses_are_a_union_of_the_rows)
+{
+    synth_params sp;
+    const char *path = util_scratch_path("spec-union-qwen3moe-tiny.gguf");
+    CHECK_OK(synth_preset("qwen3moe-tiny", &sp));
+    CHECK_OK(synth_write(path, &sp));
+    hydra_model_params mp = hydra_model_default_params();
+    mp.path = path;
+    hydra_model *m = NULL;
+    CHECK_OK(hydra_model_open(&m, &mp));
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 64;
+    p.n_batch = 16;
+    p.n_threads = 2;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.resident_fraction = 0;
+    hydra_session *s = NULL;
+    static const hydra_token rows[8] = {1, 17, 200, 33, 250, 64, 7, 140};
+    hydra_hybrid_stats verify = {0}, decode = {0};
+    hydra_status st = hydra_session_create(&s, m, &p);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, rows, 8, NULL);
+    if (st == HYDRA_OK)
+        st = hydra_session_hybrid_stats(s, &verify);
+    for (int i = 0; i < 3 && st == HYDRA_OK; i++)
+        st = hydra_session_decode(s, rows[i]);
+    if (st == HYDRA_OK)
+        st = hydra_session_hybrid_stats(s, &decode);
+    hydra_session_free(s);
+    hydra_model_close(m);
+    if (st != HYDRA_OK)
+        FAIL("%s", hydra_last_error());
+    printf("    8 rows: %llu missed routes computed as %llu expert runs\n", (unsigned long long)verify.miss_routes,
+           (unsigned long long)verify.miss_experts);
+    CHECK_EQ_U64(verify.miss_routes, 8 * 2 * 2);
+    CHECK(verify.miss_experts >= 2 * 2 && verify.miss_experts <= 8 * 2);
+    CHECK_EQ_U64(decode.miss_routes - verify.miss_routes, 3 * 2 * 2);
+    CHECK_EQ_U64(decode.miss_experts - verify.miss_experts, 3 * 2 * 2);
 }

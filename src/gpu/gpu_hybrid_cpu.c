@@ -22,6 +22,7 @@ void hy_cpu_pass(void *arg)
     if (n_miss > 0) {
         const layer_weights *lw = &hy->w->layer[p->layer];
         const moe_route *miss = (const moe_route *)hy->h.miss;
+        hybrid_count_misses(&hy->st, (uint32_t)p->layer, miss, n_miss); /* moe_experts: each expert once */
         memset(hy->h.part, 0, sizeof(float) * (size_t)(n_tok * hy->n_embd));
         act_bind(&hy->x, hy->h.x, n_tok);
         /* one token: the batch-chunked pass (same bits as moe_experts) */

@@ -141,6 +141,8 @@ void run_print_hybrid_stats(const hydra_session *s, FILE *fp)
             "H2D %.0f bytes/token, %" PRIu64 " re-pins\n", st.n_resident, st.n_experts, st.n_slots, st.slab_bytes,
             share(st.hits, st.lookups), st.hits, st.lookups, st.decode_tokens,
             share(st.prefill_hits, st.prefill_lookups), st.h2d_bytes_per_token, st.repins);
+    fprintf(fp, "hybrid: CPU misses: %" PRIu64 " routes computed as %" PRIu64 " expert runs (the union over each "
+            "step's rows)\n", st.miss_routes, st.miss_experts);
     for (uint32_t l = 0;; l++) {
         hydra_hybrid_layer_stats ls;
         if (hydra_session_hybrid_layer_stats(s, l, &ls) != HYDRA_OK)
