@@ -28,7 +28,8 @@ static int open_draft(gen_ctx *g)
     sp.n_ctx = hydra_session_n_ctx(g->session);
     sp.n_threads = g->o->n_threads;
     sp.kv_type = g->o->kv_type;
-    if (g->o->n_gpu_layers > 0) /* -ngl: the draft joins the target in VRAM (llama.cpp's -ngld) */
+    /* -ngl, --hybrid cuda: the draft joins the target on the GPU, all in VRAM (llama.cpp's -ngld) */
+    if (g->o->n_gpu_layers > 0 || g->o->hybrid == HYDRA_HYBRID_CUDA)
         sp.backend = HYDRA_BACKEND_CUDA;
     st = hydra_session_create(&g->draft, g->draft_model, &sp);
     if (st != HYDRA_OK) {
