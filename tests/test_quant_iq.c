@@ -205,6 +205,21 @@ TEST(iq_matvec_on_odd_row_counts_matches_reference)
     pool_destroy(pool);
 }
 
+/* rows raw rows of `blocks` blocks at w, stride apart, and toks activation
+ * rows at a, a_stride apart. */
+static void fill_case(uint32_t type, int64_t blocks, int64_t rows, int64_t toks, uint8_t *w, size_t stride, uint8_t *a,
+                      size_t a_stride, uint64_t *rng)
+{
+    const int64_t n = blocks * QK_K;
+    for (int64_t r = 0; r < rows; r++)
+        fill_raw(type, w + (size_t)r * stride, blocks, rng);
+    for (int64_t t = 0; t < toks; t++) {
+        uint8_t *one = make_act(n, rng);
+        memcpy(a + (size_t)t * a_stride, one, matmul_act_bytes(type, n));
+        free(one);
+    }
+}
+
 /* matmul (the multi-token kernels: 8 tokens per call, then the remainder)
  * over odd row and token counts at odd, unaligned strides: every output is
  * bit for bit the dispatched vec_dot of its row and token (batch and token
@@ -218,13 +233,7 @@ static bool matmul_case(test_ctx *t_, thread_pool *pool, uint32_t type, int64_t 
     const size_t y_stride = (size_t)rows + 2;
     uint8_t *w = malloc(stride * (size_t)rows), *a = malloc(a_stride * (size_t)toks);
     float *y = malloc(y_stride * (size_t)toks * sizeof *y);
-    for (int64_t r = 0; r < rows; r++)
-        fill_raw(type, w + (size_t)r * stride, blocks, rng);
-    for (int64_t t = 0; t < toks; t++) {
-        uint8_t *one = make_act(n, rng);
-        memcpy(a + (size_t)t * a_stride, one, matmul_act_bytes(type, n));
-        free(one);
-    }
+    fill_case(type, blocks, rows, toks, w, stride, a, a_stride, rng);
     matmul(pool, type, w, stride, rows, n, a, a_stride, toks, y, y_stride);
     bool ok = true;
     for (int64_t t = 0; t < toks && ok; t++)
@@ -278,13 +287,7 @@ static bool sets_agree(test_ctx *t_, const simd_kernels *set, uint32_t type, int
     const size_t a_stride = matmul_act_bytes(type, n) + 4;
     uint8_t *w = malloc(stride * ROWS), *a = malloc(a_stride * (size_t)toks);
     float want[ROWS * SIMD_GEMM_TOKENS], got[ROWS * SIMD_GEMM_TOKENS], dot = NAN, dot_avx2 = NAN;
-    for (int r = 0; r < ROWS; r++)
-        fill_raw(type, w + (size_t)r * stride, blocks, rng);
-    for (int t = 0; t < toks; t++) {
-        uint8_t *one = make_act(n, rng);
-        memcpy(a + (size_t)t * a_stride, one, matmul_act_bytes(type, n));
-        free(one);
-    }
+    fill_case(type, blocks, ROWS, toks, w, stride, a, a_stride, rng);
     simd_iq_avx2.gemm[type](n, w, stride, ROWS, a, a_stride, toks, want, ROWS);
     set->gemm[type](n, w, stride, ROWS, a, a_stride, toks, got, ROWS);
     simd_iq_avx2.vec_dot[type](n, &dot_avx2, w + stride, a);
