@@ -724,8 +724,8 @@ TEST(cuda_spec_mtp_logits_match_the_cpu_drafter)
         FAIL("%s", msg);
     printf("    catch-up row: %.2e, chained row: %.2e (largest difference over the largest logit)\n", sync_diff,
            chain_diff);
-    CHECK(sync_diff < 1e-4);
-    CHECK(chain_diff < 1e-4);
+    CHECK(sync_diff < 1e-3);
+    CHECK(chain_diff < 1e-3);
 }
 
 /* Speculative steps on the GPU after a warm-up capture no graph: the
