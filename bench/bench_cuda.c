@@ -131,9 +131,14 @@ static bool run_test(hydra_session *s, const int32_t *tokens, int n, bool gen, c
     double tps[MAX_REPS];
     if (run_once(s, tokens, n, gen) < 0)
         return false;
+    hydra_graph_stats warm, done; /* a steady state captures nothing after the warm-up */
+    hydra_session_graph_stats(s, &warm);
     for (int r = 0; r < o->reps; r++)
         if ((tps[r] = run_once(s, tokens, n, gen)) < 0)
             return false;
+    hydra_session_graph_stats(s, &done);
+    fprintf(stderr, "%s%d: %llu CUDA graphs captured after the warm-up, %llu steps replayed\n", gen ? "tg" : "pp", n,
+            (unsigned long long)(done.captures - warm.captures), (unsigned long long)(done.replays - warm.replays));
     double mean, sd;
     mean_sd(tps, o->reps, &mean, &sd);
     char extra[96] = "| - | - |";
