@@ -24,14 +24,6 @@ typedef struct reply {
     int prompt_tokens, completion_tokens, cached_tokens;
 } reply;
 
-static int number_at(const cJSON *obj, const char *a, const char *b)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, a);
-    if (b != NULL)
-        v = cJSON_GetObjectItemCaseSensitive(v, b);
-    return cJSON_IsNumber(v) ? v->valueint : -1;
-}
-
 /* POSTs body to path and reads the reply (chat message or completion text). */
 static bool post(int port, const char *path, const char *body, reply *out)
 {
@@ -42,18 +34,11 @@ static bool post(int port, const char *path, const char *body, reply *out)
     out->status = r.status;
     cJSON *j = ts_json(&r);
     ts_resp_free(&r);
-    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
-    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
-    const cJSON *text = msg ? cJSON_GetObjectItemCaseSensitive(msg, "content") : cJSON_GetObjectItemCaseSensitive(choice, "text");
-    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    ts_first_choice(j, out->text, sizeof out->text, out->finish, sizeof out->finish);
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
-    if (cJSON_IsString(text))
-        snprintf(out->text, sizeof out->text, "%s", text->valuestring);
-    if (cJSON_IsString(finish))
-        snprintf(out->finish, sizeof out->finish, "%s", finish->valuestring);
-    out->prompt_tokens = number_at(usage, "prompt_tokens", NULL);
-    out->completion_tokens = number_at(usage, "completion_tokens", NULL);
-    out->cached_tokens = number_at(usage, "prompt_tokens_details", "cached_tokens");
+    out->prompt_tokens = ts_number(usage, "prompt_tokens", NULL);
+    out->completion_tokens = ts_number(usage, "completion_tokens", NULL);
+    out->cached_tokens = ts_number(usage, "prompt_tokens_details", "cached_tokens");
     cJSON_Delete(j);
     return true;
 }
@@ -117,8 +102,8 @@ TEST(server_streams_match_the_whole_response)
     TS_CHECK(s, stream(s.port, "/v1/chat/completions", body, &st));
     const bool ok = st.well_formed && st.done && st.role_first && strcmp(st.text, a.text) == 0 &&
                     strcmp(st.finish, a.finish) == 0 && st.usage_choices_empty &&
-                    number_at(st.usage, "completion_tokens", NULL) == a.completion_tokens &&
-                    number_at(st.usage, "prompt_tokens", NULL) == a.prompt_tokens;
+                    ts_number(st.usage, "completion_tokens", NULL) == a.completion_tokens &&
+                    ts_number(st.usage, "prompt_tokens", NULL) == a.prompt_tokens;
     if (!ok)
         printf("stream: %s / text '%s' vs '%s'\n", st.error, st.text, a.text);
     ts_stream_free(&st);
@@ -248,7 +233,7 @@ TEST(server_slot_save_and_restore)
     TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=save", NULL, "{\"filename\":\"one.slot\"}", &r) &&
                   r.status == 200 && strstr(r.body, "\"n_saved\":"));
     cJSON *j = ts_json(&r);
-    const int n_saved = number_at(j, "n_saved", NULL);
+    const int n_saved = ts_number(j, "n_saved", NULL);
     cJSON_Delete(j);
     ts_resp_free(&r);
     TS_CHECK(s, n_saved == a.prompt_tokens + 3); /* the prompt and all but the last generated token */
@@ -256,7 +241,7 @@ TEST(server_slot_save_and_restore)
     TS_CHECK(s, ts_request(s.port, "POST", "/slots/0?action=restore", NULL, "{\"filename\":\"one.slot\"}", &r) &&
                   r.status == 200);
     j = ts_json(&r);
-    const int n_restored = number_at(j, "n_restored", NULL);
+    const int n_restored = ts_number(j, "n_restored", NULL);
     cJSON_Delete(j);
     ts_resp_free(&r);
     TS_CHECK(s, n_restored == n_saved);
@@ -317,15 +302,15 @@ TEST(server_slot_restore_reads_the_kv_cache)
     TS_CHECK(s, post(s.port, "/v1/completions", body, &a) && a.status == 200);
     /* the request ran in one of the two slots: save both, keep the full one */
     cJSON *saved[2] = {slot_action(s.port, 0, "save", "s0.slot"), slot_action(s.port, 1, "save", "s1.slot")};
-    const int n0 = number_at(saved[0], "n_saved", NULL), n1 = number_at(saved[1], "n_saved", NULL);
+    const int n0 = ts_number(saved[0], "n_saved", NULL), n1 = ts_number(saved[1], "n_saved", NULL);
     const int full = n0 > 0 ? 0 : 1, n_saved = n0 > 0 ? n0 : n1;
-    const int n_written = number_at(saved[full], "n_written", NULL);
+    const int n_written = ts_number(saved[full], "n_written", NULL);
     cJSON_Delete(saved[0]);
     cJSON_Delete(saved[1]);
     TS_CHECK(s, n_saved == a.prompt_tokens + 5 && n_written > 40 + 4 * n_saved + 1000); /* tokens and their K/V rows */
     TS_CHECK(s, erase_all(s.port, 2));
     cJSON *restored = slot_action(s.port, 1 - full, "restore", full == 0 ? "s0.slot" : "s1.slot");
-    const int n_restored = number_at(restored, "n_restored", NULL), n_evaluated = number_at(restored, "n_evaluated", NULL);
+    const int n_restored = ts_number(restored, "n_restored", NULL), n_evaluated = ts_number(restored, "n_evaluated", NULL);
     cJSON_Delete(restored);
     TS_CHECK(s, n_restored == n_saved && n_evaluated == 0);
     TS_CHECK(s, post(s.port, "/v1/completions", body, &b) && b.status == 200 && b.cached_tokens == b.prompt_tokens - 1 &&

@@ -32,12 +32,7 @@ static hydra_status open_synth(const char *preset, uint32_t type, const char *fi
     hydra_status st = synth_preset(preset, &sp);
     if (type != 0)
         sp.type = type;
-    const char *path = util_scratch_path(file);
-    if (st == HYDRA_OK)
-        st = synth_write(path, &sp);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return st == HYDRA_OK ? hydra_model_open(out, &mp) : st;
+    return st == HYDRA_OK ? util_open_synth(&sp, file, out) : st;
 }
 
 static int32_t token_at(int seq, int k, int32_t n_vocab)
@@ -167,12 +162,6 @@ typedef struct reply {
     char logprobs[8192];           /* choices[0].logprobs as JSON */
 } reply;
 
-static int number_in(const cJSON *obj, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsNumber(v) ? v->valueint : -1;
-}
-
 static bool post(reply *r)
 {
     ts_resp resp;
@@ -181,15 +170,10 @@ static bool post(reply *r)
     r->status = resp.status;
     cJSON *j = ts_json(&resp);
     ts_resp_free(&resp);
-    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(choice, "text");
-    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
-    const cJSON *timings = cJSON_GetObjectItemCaseSensitive(j, "timings");
-    snprintf(r->text, sizeof r->text, "%s", cJSON_IsString(text) ? text->valuestring : "");
-    snprintf(r->finish, sizeof r->finish, "%s", cJSON_IsString(finish) ? finish->valuestring : "");
-    r->completion_tokens = number_in(cJSON_GetObjectItemCaseSensitive(j, "usage"), "completion_tokens");
-    r->draft_n = number_in(timings, "draft_n");
-    r->draft_n_accepted = number_in(timings, "draft_n_accepted");
+    const cJSON *choice = ts_first_choice(j, r->text, sizeof r->text, r->finish, sizeof r->finish);
+    r->completion_tokens = ts_number(j, "usage", "completion_tokens");
+    r->draft_n = ts_number(j, "timings", "draft_n");
+    r->draft_n_accepted = ts_number(j, "timings", "draft_n_accepted");
     char *lp = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(choice, "logprobs"));
     snprintf(r->logprobs, sizeof r->logprobs, "%s", lp ? lp : "");
     free(lp);

@@ -390,6 +390,25 @@ cJSON *ts_json(const ts_resp *r)
     return r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
 }
 
+int ts_number(const cJSON *obj, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, a);
+    if (b != NULL)
+        v = cJSON_GetObjectItemCaseSensitive(v, b);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+const cJSON *ts_first_choice(const cJSON *reply, char *text, size_t text_len, char *finish, size_t finish_len)
+{
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(reply, "choices"), 0);
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(msg ? msg : choice, msg ? "content" : "text");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    snprintf(text, text_len, "%s", cJSON_IsString(t) ? t->valuestring : "");
+    snprintf(finish, finish_len, "%s", cJSON_IsString(f) ? f->valuestring : "");
+    return choice;
+}
+
 bool ts_is_error(const ts_resp *r, int status, const char *type, const char *message_part)
 {
     cJSON *j = ts_json(r);

@@ -90,6 +90,14 @@ const char *ts_header(const ts_resp *r, const char *name);
 /* The body as JSON (NULL when it is not). */
 cJSON *ts_json(const ts_resp *r);
 
+/* A number at obj.a (obj.a.b when b is not NULL); -1 when absent. */
+int ts_number(const cJSON *obj, const char *a, const char *b);
+
+/* choices[0] of a completion or chat reply: its text (the message's
+ * content for chat) and finish_reason into text and finish, "" when
+ * absent; returns choices[0] (NULL when there is none). */
+const cJSON *ts_first_choice(const cJSON *reply, char *text, size_t text_len, char *finish, size_t finish_len);
+
 /* The error object's message and type when the body is one. */
 bool ts_is_error(const ts_resp *r, int status, const char *type, const char *message_part);
 
