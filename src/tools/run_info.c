@@ -11,27 +11,32 @@
 
 /* ------------------------------------------------------------ formatting */
 
-static const char *human_bytes(uint64_t n, char *buf, size_t len)
+enum { N_UNITS = 5 };
+
+/* n in the largest of the units (each base times the one before) that
+ * keeps it at least 1: two decimals, none in the first unit. */
+static const char *human(uint64_t n, double base, const char *const units[N_UNITS], char *buf, size_t len)
 {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
     size_t u = 0;
-    while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0])
-        v /= 1024.0, u++;
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+    while (v >= base && u + 1 < N_UNITS)
+        v /= base, u++;
+    snprintf(buf, len, u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
     return buf;
+}
+
+/* "512 B", "1.50 MiB" */
+static const char *human_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[N_UNITS] = {" B", " KiB", " MiB", " GiB", " TiB"};
+    return human(n, 1024.0, units, buf, len);
 }
 
 /* "3.19 B", "322.56 K" */
 static const char *human_count(uint64_t n, char *buf, size_t len)
 {
-    static const char *const units[] = {"", " K", " M", " B", " T"};
-    double v = (double)n;
-    size_t u = 0;
-    while (v >= 1000.0 && u + 1 < sizeof units / sizeof units[0])
-        v /= 1000.0, u++;
-    snprintf(buf, len, u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
-    return buf;
+    static const char *const units[N_UNITS] = {"", " K", " M", " B", " T"};
+    return human(n, 1000.0, units, buf, len);
 }
 
 static bool is_float_type(hydra_value_type t) { return t == HYDRA_VALUE_F32 || t == HYDRA_VALUE_F64; }
