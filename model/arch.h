@@ -225,6 +225,29 @@ typedef struct arch_attention {
     void (*run)(const struct fwd_layer *step);
 } arch_attention;
 
+/* The keys of every routed-expert architecture's own table. */
+#define ARCH_KEYS_MOE                                                         \
+    ARCH_KEY("expert_count", n_expert, KEY_U32, true),                        \
+        ARCH_KEY("expert_used_count", n_expert_used, KEY_U32, true),          \
+        ARCH_KEY("expert_feed_forward_length", n_ff_exp, KEY_U32, true)
+
+/* Tensor table rows shared by the descriptors: the model's ends and each
+ * layer's attention norm; GQA's four projections; the routed experts. */
+#define ARCH_USES_ENDS                                                        \
+    {W_TOKEN_EMBD, NEED_ALWAYS, NULL}, {W_OUTPUT_NORM, NEED_ALWAYS, NULL},    \
+        {W_OUTPUT, NEED_OPTIONAL, NULL}, {W_ATTN_NORM, NEED_ALWAYS, NULL}
+#define ARCH_USES_QKVO                                                        \
+    {W_ATTN_Q, NEED_ALWAYS, NULL}, {W_ATTN_K, NEED_ALWAYS, NULL},             \
+        {W_ATTN_V, NEED_ALWAYS, NULL}, {W_ATTN_OUT, NEED_ALWAYS, NULL}
+#define ARCH_USES_MOE                                                         \
+    {W_MOE_ROUTER, NEED_MOE, NULL}, {W_MOE_GATE, NEED_MOE, NULL},             \
+        {W_MOE_UP, NEED_MOE, NULL}, {W_MOE_DOWN, NEED_MOE, NULL}
+
+/* An arch_desc's .keys/.n_keys/.tensors/.n_tensors from its two arrays. */
+#define ARCH_TABLES(keys_, tensors_)                                          \
+    .keys = (keys_), .n_keys = sizeof(keys_) / sizeof((keys_)[0]), .tensors = (tensors_), \
+    .n_tensors = sizeof(tensors_) / sizeof((tensors_)[0])
+
 typedef struct arch_desc {
     const char *name; /* general.architecture */
     const arch_key *keys; /* read after the common keys (model/arch.c) */

@@ -40,9 +40,7 @@
 #include <math.h>
 
 static const arch_key keys[] = {
-    ARCH_KEY("expert_count", n_expert, KEY_U32, true),
-    ARCH_KEY("expert_used_count", n_expert_used, KEY_U32, true),
-    ARCH_KEY("expert_feed_forward_length", n_ff_exp, KEY_U32, true),
+    ARCH_KEYS_MOE,
     ARCH_KEY("attention.q_lora_rank", q_lora_rank, KEY_U32, false),
     ARCH_KEY("attention.kv_lora_rank", kv_lora_rank, KEY_U32, true),
     ARCH_KEY("attention.key_length_mla", head_dim_k, KEY_U32, false),
@@ -51,10 +49,7 @@ static const arch_key keys[] = {
 };
 
 static const arch_use tensors[] = {
-    {W_TOKEN_EMBD, NEED_ALWAYS, NULL},
-    {W_OUTPUT_NORM, NEED_ALWAYS, NULL},
-    {W_OUTPUT, NEED_OPTIONAL, NULL},
-    {W_ATTN_NORM, NEED_ALWAYS, NULL},
+    ARCH_USES_ENDS,
     {W_ATTN_Q_A, NEED_Q_LORA, NULL},
     {W_ATTN_Q_A_NORM, NEED_Q_LORA, NULL},
     {W_ATTN_Q_B, NEED_Q_LORA, NULL},
@@ -130,10 +125,7 @@ static hydra_status deepseek2_hparams(const hydra_model *m, arch_hparams *hp)
 
 const arch_desc arch_deepseek2 = {
     .name = "deepseek2",
-    .keys = keys,
-    .n_keys = sizeof keys / sizeof keys[0],
-    .tensors = tensors,
-    .n_tensors = sizeof tensors / sizeof tensors[0],
+    ARCH_TABLES(keys, tensors),
     .norm = NORM_RMS,
     .rope = ROPE_NORMAL,
     .gating = GATING_SOFTMAX,

@@ -15,22 +15,18 @@ static const arch_key keys[] = {
 };
 
 static const arch_use tensors[] = {
-    {W_TOKEN_EMBD, NEED_ALWAYS, NULL},  {W_OUTPUT_NORM, NEED_ALWAYS, NULL},
-    {W_OUTPUT, NEED_OPTIONAL, NULL},    {W_ATTN_NORM, NEED_ALWAYS, NULL},
-    {W_ATTN_Q, NEED_ALWAYS, NULL},      {W_ATTN_K, NEED_ALWAYS, NULL},
-    {W_ATTN_V, NEED_ALWAYS, NULL},      {W_ATTN_OUT, NEED_ALWAYS, NULL},
-    {W_FFN_NORM, NEED_ALWAYS, NULL},    {W_MOE_ROUTER, NEED_MOE, NULL},
-    {W_MOE_GATE, NEED_MOE, NULL},       {W_MOE_UP, NEED_MOE, NULL},
-    {W_MOE_DOWN, NEED_MOE, NULL},       {W_FFN_GATE, NEED_DENSE, NULL},
-    {W_FFN_UP, NEED_DENSE, NULL},       {W_FFN_DOWN, NEED_DENSE, NULL},
+    ARCH_USES_ENDS,
+    ARCH_USES_QKVO,
+    {W_FFN_NORM, NEED_ALWAYS, NULL},
+    ARCH_USES_MOE,
+    {W_FFN_GATE, NEED_DENSE, NULL},
+    {W_FFN_UP, NEED_DENSE, NULL},
+    {W_FFN_DOWN, NEED_DENSE, NULL},
 };
 
 const arch_desc arch_llama = {
     .name = "llama",
-    .keys = keys,
-    .n_keys = sizeof keys / sizeof keys[0],
-    .tensors = tensors,
-    .n_tensors = sizeof tensors / sizeof tensors[0],
+    ARCH_TABLES(keys, tensors),
     .norm = NORM_RMS,
     .rope = ROPE_NORMAL,
     .gating = GATING_SOFTMAX,
