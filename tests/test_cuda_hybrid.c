@@ -348,12 +348,7 @@ TEST(cuda_hybrid_open_close_returns_memory)
         CHECK_OK(gpu_forward(g, 16, c.r.prompt, 1, false, row));
         free(row);
         gpu_session_free(g);
-        uint64_t held[GPU_MEM_COUNT];
-        gpu_mem_usage(held);
-        for (int p = 0; p < GPU_MEM_COUNT; p++)
-            if (held[p] != 0)
-                FAIL("cycle %d: %llu bytes of %s still held", cycle, (unsigned long long)held[p],
-                     gpu_purpose_name((gpu_purpose)p));
+        CHECK_NO_GPU_MEMORY_HELD(cycle);
     }
     close_case(&c);
 }

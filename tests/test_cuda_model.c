@@ -255,12 +255,8 @@ TEST(cuda_open_close_20_times_returns_memory)
         CHECK_OK(hydra_session_decode(s, 5));
         hydra_session_free(s);
         hydra_model_close(m);
-        uint64_t held[GPU_MEM_COUNT], free_now = 0;
-        gpu_mem_usage(held);
-        for (int p = 0; p < GPU_MEM_COUNT; p++)
-            if (held[p] != 0)
-                FAIL("cycle %d: %llu bytes of %s still held", cycle, (unsigned long long)held[p],
-                     gpu_purpose_name((gpu_purpose)p));
+        CHECK_NO_GPU_MEMORY_HELD(cycle);
+        uint64_t free_now = 0;
         CHECK_OK(gpu_mem_device(&free_now, &total));
         if (cycle == 0)
             start_free = free_now;
