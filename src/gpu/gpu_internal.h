@@ -154,7 +154,7 @@ struct gpu_session {
     int32_t *h_tokens;
     float *h_logits;           /* one row */
 
-    struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid.c */
+    struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid*.c (gpu_hybrid_internal.h) */
     struct gpu_multi *multi;   /* a split over devices: this session only drives its parts (gpu_multi.c) */
 
     graph_entry graphs[GRAPH_CACHE];
@@ -183,7 +183,7 @@ hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh);
 hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *next);
 hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes);
 
-/* --- hybrid decode (gpu_hybrid.c): the slab, the split of each MoE layer
+/* --- hybrid decode (gpu_hybrid*.c, state in gpu_hybrid_internal.h): the slab, the split of each MoE layer
  * between it and the CPU, admissions between steps. */
 typedef struct gpu_hybrid gpu_hybrid;
 hydra_status gpu_hybrid_create(gpu_session *g); /* after the weights, KV cache and scratch */
