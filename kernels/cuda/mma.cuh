@@ -57,6 +57,17 @@ static inline __device__ void prefetch_l2(const void *p)
 {
     (void)p;
 }
+
+static inline __device__ void cp_async16_part(void *dst, const void *src, int n)
+{
+    for (int i = 0; i < 16; i++)
+        ((uint8_t *)dst)[i] = i < n ? ((const uint8_t *)src)[i] : 0;
+}
+
+static inline int gpu_allow_smem(const void *kernel, int bytes)
+{
+    return (int)hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
 #else
 /* d += A . B (f16 x f16 -> f32). */
 static inline __device__ void mma_f16_16816(float d[4], const int a[4], const int b[2])
@@ -78,6 +89,21 @@ static inline __device__ void cp_async16(void *dst, const void *src)
 static inline __device__ void cp_async_commit(void)
 {
     asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* The first n (<= 16) of 16 bytes from src, the rest zeros: src need not
+ * be readable past n. */
+static inline __device__ void cp_async16_part(void *dst, const void *src, int n)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+
+/* Lets kernel launch with bytes of dynamic shared memory (over 48 KiB
+ * only when asked). */
+static inline int gpu_allow_smem(const void *kernel, int bytes)
+{
+    return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 /* Every committed group has landed. */

@@ -12,13 +12,16 @@
  * products alone (no per-chunk scale arithmetic).
  *
  * A block computes MQ_BM weight rows x MQ_BN activation rows, MQ_KS values
- * a step.  The activation tile of the next step is copied to shared memory
- * asynchronously (cp.async, two buffers) while every thread decodes one
- * chunk of the current weight tile, whose bytes it asked L2 for MQ_AHEAD
- * steps before; then each warp multiplies its 16
- * weight rows by the tile's activation rows, 8 at a time, skipping the
- * groups of 8 past the tile's valid rows (a grouped tile holds one
- * expert's slots, often fewer than MQ_BN).
+ * a step.  The weight rows' raw blocks of the next step (coalesced 16-byte
+ * pieces, asked of L2 MQ_AHEAD steps before) and its activation tile (two
+ * buffers) are copied to shared memory asynchronously (cp.async) while the
+ * warps multiply the current step's tiles; at the top of a step every
+ * thread decodes one chunk from the staged bytes into the f16 weight tile
+ * (a thread reading its own row's chunk from device memory made 16
+ * scattered requests per load instruction, on the critical path).  Each
+ * warp multiplies its 16 weight rows by the tile's activation rows, 8 at a
+ * time, skipping the groups of 8 past the tile's valid rows (a grouped tile
+ * holds one expert's slots, often fewer than MQ_BN).
  *
  * The experts' gate and up matrices (a GLU pair) run as one launch with
  * two weight tiles over each activation tile, writing silu(gate) * up: the
@@ -33,14 +36,13 @@ enum { MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_GROUPS = MQ_BN / 8, MQ_AHEAD = 
 
 /* MQ_LD: a row of MQ_KS halves plus 8, so a row is 36 words: the 8 rows a
  * fragment load reads start 4 banks apart and its 32 lanes hit 32 banks;
- * rows stay 16-byte aligned for the vector stores and cp.async.  Two
- * weight tiles and two activation buffers fit 48 KiB of static shared
- * memory. */
+ * rows stay 16-byte aligned for the vector stores and cp.async. */
 static_assert(MQ_BM == 16 * (MQ_THREADS / GPU_WARP), "a warp owns 16 weight rows");
 static_assert(MQ_BM * MQ_CH == MQ_THREADS, "a thread decodes one weight chunk a step");
 static_assert((MQ_LD / 2) % 32 == 4, "fragment rows on distinct banks");
 
-/* NM weight tiles (2: gate and up of a GLU pair), two activation buffers. */
+/* NM weight tiles (2: gate and up of a GLU pair), two activation buffers
+ * (the staged raw bytes follow in dynamic shared memory). */
 template <int NM> struct mq_smem {
     half w[NM][MQ_BM * MQ_LD];
     half a[2][MQ_BN * MQ_LD];
@@ -69,29 +71,82 @@ static inline __device__ void mq_load_act(half *t, const uint16_t *xh, const int
     cp_async_commit();
 }
 
-/* Two values of a decoded chunk (i even, same half) as an f16 pair. */
-static inline __device__ int mq_pair(const gq_chunk &ch, int i)
+/* The 4 bytes of decoded word q (signed, as gq_value reads them) as two
+ * f16 pairs s b + m: byte b + 128 under the exponent bits 0x64 is the f16
+ * 1152 + b exactly, one subtraction leaves b (exact: |b| <= 128), and one
+ * fused multiply-add per pair rounds once.  Three instructions a pair
+ * where converting each value through f32 took eight; s and m are rounded
+ * to f16 first (2^-11 relative, as the values themselves). */
+static inline __device__ void mq_word(int32_t q, half2 s, half2 m, int out[2])
 {
-    const int h = i / 16;
-    const float v0 = ch.s[h] * (float)(int8_t)(ch.q[i / 4] >> (8 * (i % 4))) + ch.m[h];
-    const float v1 = ch.s[h] * (float)(int8_t)(ch.q[i / 4] >> (8 * (i % 4 + 1))) + ch.m[h];
-    const half2 p = __floats2half2_rn(v0, v1);
-    return *(const int *)&p;
+    const uint32_t u = (uint32_t)q ^ 0x80808080u;
+    const uint32_t lo = __byte_perm(u, 0x64646464u, 0x5140), hi = __byte_perm(u, 0x64646464u, 0x7362);
+    const half2 off = __float2half2_rn(1152.0f);
+    const half2 a = __hfma2(__hsub2(*(const half2 *)&lo, off), s, m);
+    const half2 b = __hfma2(__hsub2(*(const half2 *)&hi, off), s, m);
+    out[0] = *(const int *)&a;
+    out[1] = *(const int *)&b;
 }
 
-/* This thread's chunk of the weight tile, decoded from chunk c0 + its
- * own (rows past the matrix as zeros). */
+/* The raw bytes of one weight row and step in shared memory: the blocks
+ * that hold the step's MQ_CH chunks (one K-quant super-block, or MQ_CH
+ * 32-value blocks), from the 16-byte boundary below the first block, so
+ * the copies are aligned 16-byte pieces and the staged block keeps its
+ * address modulo 16 (the decoders' 2- and 4-byte loads stay aligned). */
+template <int T> struct mq_raw {
+    enum {
+        per_block = gq_traits<T>::block / 32,
+        blocks = per_block >= MQ_CH ? 1 : MQ_CH / per_block,
+        span = blocks * gq_traits<T>::bytes,
+        ld = (span + 15 + 15) / 16 * 16,
+    };
+    static_assert(per_block % MQ_CH == 0 || MQ_CH % per_block == 0, "a step holds whole blocks or one block");
+};
+
+/* Where the step's first staged block of row r starts in device memory. */
 template <int T>
-static inline __device__ void mq_load_weights(half *t, const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
+static inline __device__ const uint8_t *mq_first_block(const gk_mat &w, const uint8_t *base, int64_t row, int c0)
+{
+    return base + row * w.row_bytes + (int64_t)(c0 / mq_raw<T>::per_block) * gq_traits<T>::bytes;
+}
+
+/* Starts the copies of the raw blocks of every valid weight row for the
+ * step from chunk c0 (no commit: they join the activation tile's group). */
+template <int T>
+static inline __device__ void mq_stage_raw(uint8_t *raw, const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
+{
+    enum { LD = mq_raw<T>::ld, PIECES = LD / 16 };
+    for (int i = threadIdx.x; i < MQ_BM * PIECES; i += MQ_THREADS) {
+        const int r = i / PIECES, p = i % PIECES;
+        if (row0 + r >= w.n_rows)
+            continue;
+        const uint8_t *first = mq_first_block<T>(w, base, row0 + r, c0);
+        const uint8_t *src = (const uint8_t *)((uintptr_t)first & ~(uintptr_t)15) + 16 * p;
+        const int64_t left = first + mq_raw<T>::span - src; /* never read past the last block */
+        if (left > 0)
+            cp_async16_part(raw + r * LD + 16 * p, src, left < 16 ? (int)left : 16);
+    }
+}
+
+/* This thread's chunk of the weight tile, decoded from the staged bytes
+ * of chunk c0 + its own (rows past the matrix as zeros). */
+template <int T>
+static inline __device__ void mq_load_weights(half *t, const gk_mat &w, const uint8_t *raw, const uint8_t *base,
+                                              int64_t row0, int c0)
 {
     const int r = (int)threadIdx.x / MQ_CH, c = (int)threadIdx.x % MQ_CH;
     int v[16];
     if (row0 + r < w.n_rows) {
+        const uintptr_t mis = (uintptr_t)mq_first_block<T>(w, base, row0 + r, c0) & 15;
         gq_chunk ch;
-        gq_decode<T>(base + (row0 + r) * w.row_bytes, c0 + c, &ch);
+        gq_decode<T>(raw + r * mq_raw<T>::ld + mis, c0 % mq_raw<T>::per_block + c, &ch);
 #pragma unroll
-        for (int k = 0; k < 16; k++)
-            v[k] = mq_pair(ch, 2 * k);
+        for (int h = 0; h < 2; h++) {
+            const half2 sh = __float2half2_rn(ch.s[h]), mh = __float2half2_rn(ch.m[h]);
+#pragma unroll
+            for (int k = 4 * h; k < 4 * h + 4; k++)
+                mq_word(ch.q[k], sh, mh, v + 2 * k);
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < 16; k++)
@@ -105,8 +160,8 @@ static inline __device__ void mq_load_weights(half *t, const gk_mat &w, const ui
 
 /* Asks L2 for the block holding this thread's chunk c0 + its own (first,
  * middle and last byte: a block of up to 210 bytes spans at most three
- * 128-byte lines), so that the decode MQ_AHEAD steps later waits on L2,
- * not on device memory. */
+ * 128-byte lines), so that the staging copy MQ_AHEAD steps later waits on
+ * L2, not on device memory. */
 template <int T>
 static inline __device__ void mq_prefetch(const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
 {
@@ -164,7 +219,10 @@ __global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
                                                     const gk_route *routes, gk_groups g, bool grouped, bool gather)
 {
     gpu_pdl_wait();
-    __shared__ __align__(16) mq_smem<NM> sm;
+    extern __shared__ __align__(16) uint8_t mq_dyn[];
+    mq_smem<NM> &sm = *reinterpret_cast<mq_smem<NM> *>(mq_dyn);
+    uint8_t *raw = mq_dyn + sizeof(mq_smem<NM>); /* NM x MQ_BM rows of mq_raw<T>::ld bytes */
+    enum { RAW_BYTES = MQ_BM * mq_raw<T>::ld };
     const mm_tile tile = mm_setup<MQ_BN>(w, n_tok, routes, g, grouped, gather, sm.act_row, sm.out_row);
     if (tile.count <= 0)
         return;
@@ -174,25 +232,30 @@ __global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
     const int64_t row0 = (int64_t)blockIdx.x * MQ_BM;
     const int n_groups = (tile.count + 7) / 8, n_steps = (int)(w.n_cols / MQ_KS);
     float acc[NM][MQ_GROUPS][4] = {};
-    mq_load_act(sm.a[0], x.h, sm.act_row, x.n, tile.count, 0);
 #pragma unroll
-    for (int m = 0; m < NM; m++)
-        for (int s = 0; s < MQ_AHEAD; s++)
+    for (int m = 0; m < NM; m++) {
+        for (int s = 1; s <= MQ_AHEAD; s++)
             mq_prefetch<T>(w, base[m], row0, s * MQ_CH);
+        mq_stage_raw<T>(raw + m * RAW_BYTES, w, base[m], row0, 0);
+    }
+    mq_load_act(sm.a[0], x.h, sm.act_row, x.n, tile.count, 0);
+    cp_async_wait_all();
+    __syncthreads();
     for (int s = 0; s < n_steps; s++) {
 #pragma unroll
         for (int m = 0; m < NM; m++) {
-            mq_prefetch<T>(w, base[m], row0, (s + MQ_AHEAD) * MQ_CH);
-            mq_load_weights<T>(sm.w[m], w, base[m], row0, s * MQ_CH);
+            mq_prefetch<T>(w, base[m], row0, (s + 1 + MQ_AHEAD) * MQ_CH);
+            mq_load_weights<T>(sm.w[m], w, raw + m * RAW_BYTES, base[m], row0, s * MQ_CH);
         }
-        if (s + 1 < n_steps) { /* the next activation tile flies during this step's products */
+        __syncthreads(); /* the raw bytes are free, the weight tile is ready */
+        if (s + 1 < n_steps) { /* the next step's bytes fly during this step's products */
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+                mq_stage_raw<T>(raw + m * RAW_BYTES, w, base[m], row0, (s + 1) * MQ_CH);
             mq_load_act(sm.a[(s + 1) % 2], x.h, sm.act_row, x.n, tile.count, (int64_t)(s + 1) * MQ_KS);
-            cp_async_wait_prior();
-        } else {
-            cp_async_wait_all();
         }
-        __syncthreads();
         mq_multiply<NM>(sm, sm.a[s % 2], n_groups, acc);
+        cp_async_wait_all();
         __syncthreads();
     }
     const int lane = threadIdx.x % GPU_WARP;
@@ -207,13 +270,27 @@ __global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
         }
 }
 
+/* Shared memory of a block: the tiles and NM weight rows' staged bytes
+ * (over the 48 KiB a block gets unless its limit is raised). */
+template <int T, int NM>
+static int mmq_go(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
+                  const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+{
+    const size_t smem = sizeof(mq_smem<NM>) + (size_t)NM * MQ_BM * mq_raw<T>::ld;
+    const int e = (int)gpu_allow_smem((const void *)k_mmq<T, NM>, (int)smem);
+    if (e != 0)
+        return e;
+    return gk_launch(k_mmq<T, NM>, grid, MQ_THREADS, smem, s, *w, NM == 1 ? *w : *w2, *x, n_tok, *out, routes, *g,
+                     grouped, gather);
+}
+
 template <int T>
 static int mmq_start(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
                      const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
     if (w2 == NULL)
-        return gk_launch(k_mmq<T, 1>, grid, MQ_THREADS, 0, s, *w, *w, *x, n_tok, *out, routes, *g, grouped, gather);
-    return gk_launch(k_mmq<T, 2>, grid, MQ_THREADS, 0, s, *w, *w2, *x, n_tok, *out, routes, *g, grouped, gather);
+        return mmq_go<T, 1>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
+    return mmq_go<T, 2>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
 }
 
 int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
