@@ -552,12 +552,9 @@ static void check_runs(test_ctx *t_, const char *preset)
         hydra_model_close(m);
         SKIP("%s: %s", preset, hydra_last_error());
     }
-    const int32_t tokens[4] = {1, 100, 200, 300};
-    if (st == HYDRA_OK)
-        st = hydra_session_eval(s, tokens, 4, NULL);
     size_t nonfinite = 0;
-    for (uint32_t i = 0; st == HYDRA_OK && i < hydra_session_n_vocab(s); i++)
-        nonfinite += !isfinite(hydra_session_logits(s)[i]);
+    if (st == HYDRA_OK)
+        st = util_eval_nonfinite(s, &nonfinite);
     hydra_session_free(s);
     hydra_model_close(m);
     CHECK_OK(st);

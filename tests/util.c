@@ -3,6 +3,7 @@
 #include "synth.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,15 @@ hydra_status util_open_synth(const synth_params *p, const char *name, hydra_mode
     snprintf(path, sizeof path, "%s", util_scratch_path(name));
     hydra_status st = synth_write(path, p);
     return st != HYDRA_OK ? st : util_open_model(path, m);
+}
+
+hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite)
+{
+    static const int32_t tokens[4] = {1, 100, 200, 300};
+    hydra_status st = hydra_session_eval(s, tokens, 4, NULL);
+    for (uint32_t i = 0; st == HYDRA_OK && i < hydra_session_n_vocab(s); i++)
+        *nonfinite += !isfinite(hydra_session_logits(s)[i]);
+    return st;
 }
 
 hydra_status util_open_shared_model(const char *name, hydra_model **m)

@@ -51,6 +51,10 @@ hydra_status util_open_model(const char *path, hydra_model **m);
 struct synth_params;
 hydra_status util_open_synth(const struct synth_params *p, const char *name, hydra_model **m);
 
+/* Evaluates tokens 1, 100, 200 and 300 in s and counts the non-finite
+ * logits after them into *nonfinite (untouched when the evaluation fails). */
+hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
+
 /* "<shared>/models/NAME.gguf" into path; returns path. */
 const char *util_shared_model_path(const char *name, char *path, size_t len);
 
