@@ -17,7 +17,10 @@
 #include "qk_rope.cuh"
 #include "row_norm.cuh"
 
-enum { AT_THREADS = GK_ATTN_CHUNK, AT_WARPS = AT_THREADS / GPU_WARP };
+/* AT_V_LOADS: cache rows a thread of the V pass requests before it uses
+ * any; one-token launches (ROPE) take twice as many (a decode chunk of 16
+ * positions in one round trip), the others stay at 92-96 registers. */
+enum { AT_THREADS = GK_ATTN_CHUNK, AT_WARPS = AT_THREADS / GPU_WARP, AT_V_LOADS = 8 };
 
 static inline __host__ __device__ int at_chunks(int max_kv, int chunk)
 {
@@ -70,26 +73,49 @@ template <bool F16> static inline __device__ float kv_value(const void *base, in
  * holds the token's position also its K and V rows into the cache, before
  * any position is read: no other block reads that row, and
  * __syncthreads makes the block's own stores visible to it.  Saves the
- * rope launch in decode. */
+ * rope launch in decode.  A warp loads all of its heads (and the norms'
+ * gains) before it norms any, so they cost one round trip to memory, not
+ * two per head. */
+enum { AT_HEADS_PER_WARP = GK_ATTN_MAX_GROUP / AT_WARPS };
+
+static inline __device__ void at_rope_heads(const gk_rope &r, const float *q, float *qs, int g, int pos,
+                                            bool holds_pos)
+{
+    const int group = r.n_head / r.n_head_kv, dk = r.head_dim_k, warp = threadIdx.x / GPU_WARP;
+    const bool k_here = holds_pos && warp == 0;
+    __shared__ float kh[RS_MAX_DIM];
+    float v[AT_HEADS_PER_WARP][QR_PER_LANE], vk[QR_PER_LANE], gq[QR_PER_LANE], gk[QR_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < AT_HEADS_PER_WARP; j++)
+        if (warp + j * AT_WARPS < group)
+            qr_load(r, q + (warp + j * AT_WARPS) * dk, v[j]);
+    qr_load(r, r.q_norm, gq);
+    if (k_here) {
+        qr_load(r, r.k + (int64_t)g * dk, vk);
+        qr_load(r, r.k_norm, gk);
+    }
+    const qr_angles an = qr_angles_at(r, pos);
+#pragma unroll
+    for (int j = 0; j < AT_HEADS_PER_WARP; j++)
+        if (warp + j * AT_WARPS < group)
+            qk_head_finish(r, an, qs + (warp + j * AT_WARPS) * dk, v[j], gq, r.q_norm != NULL);
+    if (k_here) {
+        qk_head_finish(r, an, kh, vk, gk, r.k_norm != NULL);
+        qr_store_row(r.k_cache, (int64_t)pos * r.n_head_kv * dk + (int64_t)g * dk, kh, dk, r.kv_f16);
+    }
+    if (holds_pos && warp == AT_WARPS - 1)
+        qr_store_row(r.v_cache, (int64_t)pos * r.n_head_kv * r.head_dim_v + (int64_t)g * r.head_dim_v,
+                     r.v + (int64_t)g * r.head_dim_v, r.head_dim_v, r.kv_f16);
+}
+
 template <bool ROPE>
 static inline __device__ void at_queries(const gk_attn &a, const gk_rope &r, const float *q, float *qs, int g,
                                          int pos, bool holds_pos)
 {
-    const int group = a.n_head / a.n_head_kv, dk = a.head_dim_k, warp = threadIdx.x / GPU_WARP;
     if constexpr (ROPE) {
-        __shared__ float kh[RS_MAX_DIM];
-        const qr_angles an = qr_angles_at(r, pos);
-        for (int h = warp; h < group; h += AT_WARPS)
-            qk_head_warp(r, an, qs + h * dk, q + h * dk, r.q_norm);
-        if (holds_pos && warp == 0) {
-            qk_head_warp(r, an, kh, r.k + (int64_t)g * dk, r.k_norm);
-            qr_store_row(r.k_cache, (int64_t)pos * r.n_head_kv * dk + (int64_t)g * dk, kh, dk, r.kv_f16);
-        }
-        if (holds_pos && warp == AT_WARPS - 1)
-            qr_store_row(r.v_cache, (int64_t)pos * r.n_head_kv * r.head_dim_v + (int64_t)g * r.head_dim_v,
-                         r.v + (int64_t)g * r.head_dim_v, r.head_dim_v, r.kv_f16);
+        at_rope_heads(r, q, qs, g, pos, holds_pos);
     } else {
-        for (int i = threadIdx.x; i < group * dk; i += AT_THREADS)
+        for (int i = threadIdx.x; i < a.n_head / a.n_head_kv * a.head_dim_k; i += AT_THREADS)
             qs[i] = q[i];
     }
     __syncthreads();
@@ -192,16 +218,17 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, gk_rope 
         for (int h = 0; h < GK_ATTN_MAX_GROUP; h++)
             acc[h] = 0.0f;
         const int64_t col = (int64_t)g * dv + d;
-        /* eight rows' loads in flight before their products */
-        for (int j0 = split; j0 < len; j0 += 8 * splits) {
-            float v[8];
+        /* v_loads rows' loads in flight before their products */
+        constexpr int v_loads = ROPE ? 2 * AT_V_LOADS : AT_V_LOADS;
+        for (int j0 = split; j0 < len; j0 += v_loads * splits) {
+            float v[v_loads];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < v_loads; u++) {
                 const int j = j0 + u * splits;
                 v[u] = j < len ? kv_value<F16>(a.v, (int64_t)(start + j) * a.v_row + col) : 0.0f;
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < v_loads; u++) {
                 const int j = j0 + u * splits;
                 if (j >= len)
                     break;

@@ -27,6 +27,9 @@ struct mv_job {
     gk_mat up;
     gk_act x;
     gk_rows rows;
+    int blk0[GK_MATVEC_MAX_MATS + 1]; /* dense quantised launches: matrix m's first block (a 1-D grid
+                                         over the matrices' own rows, no idle blocks of the shorter ones) */
+    int n_mats;
     gk_tail tail;     /* counter NULL: none */
     gk_norm_out norm; /* k_matvec_f<.., NORM>: x.f is the raw row; its RMSNorm (gain, eps) is
                          what the block dots, and block 0 writes it to y, q, meta */
@@ -92,7 +95,8 @@ static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int
  * launch would have written: one launch fewer per step for the expert
  * down projection.  Shared: n bytes of q, then n / 32 int4 of meta.  Eight
  * values per thread are loaded before any is quantised, so a row of up to
- * 8 x 128 values costs one round trip. */
+ * 8 x 128 values costs one round trip, and their quantisations interleave
+ * (q8_warp_store_k). */
 enum { MV_STAGE_LOADS = 8 };
 
 static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *stage)
@@ -105,24 +109,31 @@ static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *sta
 #pragma unroll
         for (int u = 0; u < MV_STAGE_LOADS; u++)
             v[u] = c0 + u * step < n ? xf[c0 + u * step + threadIdx.x % GPU_WARP] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < MV_STAGE_LOADS; u++)
-            if (c0 + u * step < n) /* whole warps: n % 32 == 0 */
-                q8_warp_store(v[u], q + c0 + u * step, meta + 4 * ((c0 + u * step) / 32));
+        const int n_live = (int)((n - c0 + step - 1) / step); /* whole warps: n % 32 == 0 */
+        q8_warp_store_n<MV_STAGE_LOADS>(v, n_live, q, meta, c0, step);
     }
 }
 
 /* A warp's row of a quantised launch.  NT: the most tokens of a launch
  * (1 for decode and routes, so that the accumulators of unused tokens take
  * no registers). */
-template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job)
+/* The matrix of this block of a dense quantised launch (blk0). */
+static inline __device__ int mv_mat_of(const mv_job &job)
 {
-    const int mat = job.rows.routes != NULL ? 0 : blockIdx.y;
+    int mat = 0;
+#pragma unroll
+    for (int m = 1; m < GK_MATVEC_MAX_MATS; m++)
+        mat += (int)blockIdx.x >= job.blk0[m];
+    return mat;
+}
+
+template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat)
+{
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
     const gk_act &x = job.x;
     const gk_rows &rows = job.rows;
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP;
+    const int64_t r = (int64_t)(blockIdx.x - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
     if (r >= w.n_rows)
         return;
     const int lane = threadIdx.x % GPU_WARP;
@@ -175,7 +186,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job jo
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;
-    mv_row_q<T, GLU, NT>(job);
+    mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job));
 }
 
 /* Dense one-token launches whose last matrix has another type (Q4_K_M's
@@ -187,10 +198,11 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job jo
 template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q_mixed(const mv_job job)
 {
     gpu_pdl_wait();
-    if (blockIdx.y == gridDim.y - 1)
-        mv_row_q<TL, false, 1>(job);
+    const int mat = mv_mat_of(job);
+    if (mat == job.n_mats - 1)
+        mv_row_q<TL, false, 1>(job, mat);
     else
-        mv_row_q<T, false, 1>(job);
+        mv_row_q<T, false, 1>(job, mat);
 }
 
 /* The staged launch (expert down projections: rows of a few chunks, many
@@ -278,10 +290,29 @@ template <int T> static inline __device__ float float_at(const uint8_t *row, int
     return T == GQ_F16 ? gpu_half_bits_to_float(h) : bf16_bits_to_float(h);
 }
 
+/* acc[t] += w[0..7] . x[0..7] (and acc2 with the up row's w2), in
+ * value order. */
+template <bool GLU>
+static inline __device__ void dot8(const float *wv, const float *wv2, const float *xp, float &acc, float &acc2)
+{
+    const float4 x0 = ((const float4 *)xp)[0], x1 = ((const float4 *)xp)[1];
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        acc = fmaf(wv[k], xv[k], acc);
+        if (GLU)
+            acc2 = fmaf(wv2[k], xv[k], acc2);
+    }
+}
+
 /* NORM (one token, n <= NR_PER_THREAD * MVF_THREADS; the router): every
  * block norms the raw row itself into shared memory before its dot, and
  * block 0 also writes the normed row (and its 8-bit form) for the launches
- * after it, saving the RMSNorm launch.  The norm is rmsnorm_row's. */
+ * after it, saving the RMSNorm launch.  The norm is rmsnorm_row's.  The
+ * block's weight row is loaded before the norm (it does not depend on
+ * it), so its loads overlap the row's instead of following the norm. */
+enum { MVF_PRE = NR_PER_THREAD / 8 }; /* 8-value groups of a normed row per thread */
+
 template <int T, bool GLU, bool NORM>
 __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 {
@@ -297,20 +328,6 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
     __shared__ __align__(16) float xs[NORM ? NR_PER_THREAD * MVF_THREADS : 1];
     const int64_t r = blockIdx.x;
     const mv_place p = mv_where(w, w2, rows, GLU);
-    if constexpr (NORM) {
-        __shared__ double red_d[MVF_THREADS / GPU_WARP];
-        float v[NR_PER_THREAD], g[NR_PER_THREAD];
-        norm_regs_load(x.f + p.act0 * x.n, x.n, job.norm.gain, v, g);
-        const float scale = norm_regs_scale(v, x.n, job.norm.eps, red_d);
-        norm_regs_apply(v, g, x.n, scale, blockIdx.x == 0 && blockIdx.y == 0 ? &job.norm : NULL, p.act0);
-#pragma unroll
-        for (int k = 0; k < NR_PER_THREAD; k++)
-            if (threadIdx.x + k * MVF_THREADS < x.n)
-                xs[threadIdx.x + k * MVF_THREADS] = v[k];
-        __syncthreads();
-    }
-    if (r >= w.n_rows) /* only in multi-matrix launches, which have no tail */
-        return;
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
     const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
@@ -318,7 +335,30 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOK; t++)
         acc[t] = acc2[t] = 0.0f;
-    for (int64_t i = 8 * threadIdx.x; i < n8; i += 8 * MVF_THREADS) {
+    if constexpr (NORM) { /* one matrix, r < w.n_rows; n % 32 == 0, so n8 == n */
+        float wpre[MVF_PRE][8];
+#pragma unroll
+        for (int u = 0; u < MVF_PRE; u++)
+            if (8 * (threadIdx.x + u * MVF_THREADS) < n8)
+                float8<T>(row, 8 * (threadIdx.x + u * MVF_THREADS), wpre[u]);
+        __shared__ double red_d[MVF_THREADS / GPU_WARP];
+        float v[NR_PER_THREAD], g[NR_PER_THREAD];
+        norm_regs_load(x.f + p.act0 * x.n, x.n, job.norm.gain, v, g);
+        const float scale = norm_regs_scale(v, x.n, job.norm.eps, red_d);
+        norm_regs_apply(v, g, x.n, scale, job.norm, blockIdx.x == 0 && blockIdx.y == 0, p.act0);
+#pragma unroll
+        for (int k = 0; k < NR_PER_THREAD; k++)
+            if (threadIdx.x + k * MVF_THREADS < x.n)
+                xs[threadIdx.x + k * MVF_THREADS] = v[k];
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < MVF_PRE; u++) /* the same values in the same order as the loop below */
+            if (8 * (threadIdx.x + u * MVF_THREADS) < n8)
+                dot8<false>(wpre[u], NULL, xs + 8 * (threadIdx.x + u * MVF_THREADS), acc[0], acc2[0]);
+    }
+    if (r >= w.n_rows) /* only in multi-matrix launches, which have no tail */
+        return;
+    for (int64_t i = 8 * threadIdx.x; !NORM && i < n8; i += 8 * MVF_THREADS) {
         float wv[8], wv2[8];
         float8<T>(row, i, wv);
         if (GLU)
@@ -327,20 +367,15 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
         for (int t = 0; t < MV_MAX_TOK; t++) {
             if (t >= p.n_tok)
                 break;
-            const float4 *xp = (const float4 *)(NORM ? xs + i : x.f + (p.act0 + t) * x.n + i);
-            const float4 x0 = xp[0], x1 = xp[1];
-            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                acc[t] = fmaf(wv[k], xv[k], acc[t]);
-                if (GLU)
-                    acc2[t] = fmaf(wv2[k], xv[k], acc2[t]);
-            }
+            dot8<GLU>(wv, wv2, x.f + (p.act0 + t) * x.n + i, acc[t], acc2[t]);
         }
     }
     for (int64_t i = n8 + threadIdx.x; i < n; i += MVF_THREADS) {
         const float wv = float_at<T>(row, i), wv2 = GLU ? float_at<T>(row2, i) : 0.0f;
-        for (int t = 0; t < p.n_tok; t++) {
+#pragma unroll /* constant indices: acc stays in registers, not local memory */
+        for (int t = 0; t < MV_MAX_TOK; t++) {
+            if (t >= p.n_tok)
+                break;
             const float xv = x.f[(p.act0 + t) * x.n + i];
             acc[t] = fmaf(wv, xv, acc[t]);
             acc2[t] = fmaf(wv2, xv, acc2[t]);
@@ -430,7 +465,7 @@ extern "C" bool gk_type_supported(uint32_t type)
     return gk_is_float_type(type) || gk_is_quant_type(type);
 }
 
-static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu, mv_input in)
+static int mv_launch(gpuStream_t s, mv_job *job, int n_mats, bool glu, mv_input in)
 {
     const gk_rows *rows = &job->rows;
     const unsigned n_y = rows->routes != NULL ? (unsigned)rows->n_routes : (unsigned)n_mats;
@@ -445,9 +480,17 @@ static int mv_launch(gpuStream_t s, const mv_job *job, int n_mats, bool glu, mv_
     const bool quant = gk_is_quant_type(job->w[0].type);
     if (in != MV_PLAIN && (glu || (rows->routes == NULL && rows->n_tok != 1) || job->x.n % 32 != 0 ||
                            (in == MV_STAGE && (!quant || job->x.n > 32768)) ||
-                           (in == MV_NORM && (quant || job->x.n > GK_ROUTER_NORM_MAX))))
+                           (in == MV_NORM && (quant || job->x.n > GK_ROUTER_NORM_MAX || job->w[0].n_cols != job->x.n))))
         return (int)gpuErrorInvalidValue;
-    const dim3 grid((unsigned)((max_rows + MV_WARPS - 1) / MV_WARPS), n_y), grid_f((unsigned)max_rows, n_y);
+    dim3 grid((unsigned)((max_rows + MV_WARPS - 1) / MV_WARPS), n_y);
+    const dim3 grid_f((unsigned)max_rows, n_y);
+    job->n_mats = n_mats;
+    if (rows->routes == NULL) { /* quantised: one block row over every matrix's own rows */
+        job->blk0[0] = 0;
+        for (int m = 0; m < GK_MATVEC_MAX_MATS; m++)
+            job->blk0[m + 1] = job->blk0[m] + (m < n_mats ? (int)((job->w[m].n_rows + MV_WARPS - 1) / MV_WARPS) : 0);
+        grid = dim3((unsigned)job->blk0[GK_MATVEC_MAX_MATS], 1);
+    }
     const uint32_t last = job->w[n_mats - 1].type;
     if (last != job->w[0].type) /* gk_matvec_multi checked the mix */
         return launch_mixed(s, grid, job, job->w[0].type, last);

@@ -32,27 +32,46 @@ static inline __device__ qr_angles qr_angles_at(const gk_rope &r, int pos)
     return an;
 }
 
-/* hv (shared, dk values) = rope(rmsnorm(src) * gain) (gain NULL: no
- * norm); dk <= RS_MAX_DIM, n_rot <= dk.  Every lane of the warp calls it;
- * hv is complete for the warp on return. */
-static inline __device__ void qk_head_warp(const gk_rope &r, const qr_angles &an, float *hv, const float *src,
-                                           const float *gain)
+enum { QR_PER_LANE = RS_MAX_DIM / GPU_WARP };
+
+/* A head's values lane + 32 m (m < QR_PER_LANE; 0 past dk) from src, or
+ * 1 where src is NULL (a norm without gain): loads that a warp can issue
+ * for several heads before it uses any. */
+static inline __device__ void qr_load(const gk_rope &r, const float *src, float *v)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+#pragma unroll
+    for (int m = 0; m < QR_PER_LANE; m++) {
+        const int i = lane + GPU_WARP * m;
+        v[m] = src == NULL ? 1.0f : i < r.head_dim_k ? src[i] : 0.0f;
+    }
+}
+
+/* hv (shared, dk values) = rope(rmsnorm(v) * g) of a head loaded by
+ * qr_load (norm false: rope(v)); dk <= RS_MAX_DIM, n_rot <= dk.  Every
+ * lane of the warp calls it; hv is complete for the warp on return. */
+static inline __device__ void qk_head_finish(const gk_rope &r, const qr_angles &an, float *hv, float *v,
+                                             const float *g, bool norm)
 {
     const int lane = threadIdx.x % GPU_WARP, dk = r.head_dim_k;
-    for (int i = lane; i < dk; i += GPU_WARP)
-        hv[i] = src[i];
-    __syncwarp();
-    if (gain != NULL) {
+    if (norm) {
         double sum = 0.0;
-        for (int i = lane; i < dk; i += GPU_WARP)
-            sum += (double)hv[i] * hv[i];
-        for (int m = GPU_WARP / 2; m > 0; m /= 2)
-            sum += gpu_shfl_xor(sum, m);
+#pragma unroll
+        for (int m = 0; m < QR_PER_LANE; m++)
+            if (lane + GPU_WARP * m < dk)
+                sum += (double)v[m] * v[m];
+        for (int k = GPU_WARP / 2; k > 0; k /= 2)
+            sum += gpu_shfl_xor(sum, k);
         const float scale = 1.0f / sqrtf((float)(sum / (double)dk) + r.eps);
-        for (int i = lane; i < dk; i += GPU_WARP)
-            hv[i] = hv[i] * scale * gain[i];
-        __syncwarp();
+#pragma unroll
+        for (int m = 0; m < QR_PER_LANE; m++)
+            v[m] = v[m] * scale * g[m];
     }
+#pragma unroll
+    for (int m = 0; m < QR_PER_LANE; m++)
+        if (lane + GPU_WARP * m < dk)
+            hv[lane + GPU_WARP * m] = v[m];
+    __syncwarp();
     const int half_rot = r.n_rot / 2;
 #pragma unroll
     for (int m = 0; m < QR_PAIRS_PER_LANE; m++) {
@@ -66,6 +85,17 @@ static inline __device__ void qk_head_warp(const gk_rope &r, const qr_angles &an
         hv[ib] = x0 * an.s[m] + x1 * an.c[m];
     }
     __syncwarp();
+}
+
+/* hv = rope(rmsnorm(src) * gain) (gain NULL: no norm), one head: its
+ * values and gains are loaded together, one round trip. */
+static inline __device__ void qk_head_warp(const gk_rope &r, const qr_angles &an, float *hv, const float *src,
+                                           const float *gain)
+{
+    float v[QR_PER_LANE], g[QR_PER_LANE];
+    qr_load(r, src, v);
+    qr_load(r, gain, g);
+    qk_head_finish(r, an, hv, v, g, gain != NULL);
 }
 
 /* n values of src to the cache row dst (F16 or F32), by one warp. */

@@ -28,27 +28,74 @@ static inline __device__ double block_sum_d(double v, double *red)
     return total;
 }
 
-/* The 8-bit form of 32 values held one per lane of a warp (value i of the
- * chunk in lane i), by the rule of quantize.cu: d = amax / 127, q =
- * round-half-even(v * 127 / amax) (0 when amax is 0), each half's sum of
- * q.  q8 / meta point at the chunk's first byte / its 4 meta words; every
- * lane of the warp calls it. */
-static inline __device__ void q8_warp_store(float v, int8_t *q8, int32_t *meta)
+/* The 8-bit form of up to K chunks of 32 values, chunk k held one per lane
+ * of a warp in v[k] (value i of the chunk in lane i), by the rule of
+ * quantize.cu: d = amax / 127, q = round-half-even(v * 127 / amax) (0 when
+ * amax is 0), each half's sum of q.  Chunk k < n_live (the same for the
+ * whole warp) starts at value c0 + k * stride: its bytes go to q8 from
+ * there, its 4 meta words to meta + 4 * (start / 32); every lane of the
+ * warp calls it.  The chunks' shuffle reductions are interleaved, so K
+ * chunks cost about the latency of one: one after another, each waits out
+ * ~10 dependent shuffles (a row of 64 chunks on 4 warps: 16 in a row,
+ * microseconds of a decode kernel's critical path; docs/PERFORMANCE.md,
+ * "CUDA decode, session 5"). */
+enum { Q8_GROUP = 4 }; /* chunks interleaved at once: registers stay few */
+
+template <int K>
+static inline __device__ void q8_warp_store_k(const float *v, int n_live, int8_t *q8, int32_t *meta, int64_t c0,
+                                              int64_t stride)
 {
     const int lane = threadIdx.x % GPU_WARP;
-    const float amax = warp_max(fabsf(v));
-    const int qi = __float2int_rn(v * (amax != 0.0f ? 127.0f / amax : 0.0f));
-    q8[lane] = (int8_t)qi;
-    int s = qi;
-    for (int m = 8; m > 0; m /= 2)
-        s += gpu_shfl_xor(s, m);
-    const int s_hi = gpu_shfl(s, 16);
-    if (lane == 0) {
-        meta[0] = __float_as_int(amax / 127.0f);
-        meta[1] = s;
-        meta[2] = s_hi;
-        meta[3] = 0;
+    float amax[K];
+    int s[K];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        amax[k] = fabsf(v[k]);
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            amax[k] = fmaxf(amax[k], gpu_shfl_xor(amax[k], m));
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int qi = __float2int_rn(v[k] * (amax[k] != 0.0f ? 127.0f / amax[k] : 0.0f));
+        if (k < n_live)
+            q8[c0 + k * stride + lane] = (int8_t)qi;
+        s[k] = qi;
     }
+    for (int m = 8; m > 0; m /= 2)
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            s[k] += gpu_shfl_xor(s[k], m);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int s_hi = gpu_shfl(s[k], 16);
+        if (lane == 0 && k < n_live) {
+            int32_t *mk = meta + 4 * ((c0 + k * stride) / 32);
+            mk[0] = __float_as_int(amax[k] / 127.0f);
+            mk[1] = s[k];
+            mk[2] = s_hi;
+            mk[3] = 0;
+        }
+    }
+}
+
+/* N chunks (N a multiple of Q8_GROUP) in groups of Q8_GROUP. */
+template <int N>
+static inline __device__ void q8_warp_store_n(const float *v, int n_live, int8_t *q8, int32_t *meta, int64_t c0,
+                                              int64_t stride)
+{
+    static_assert(N % Q8_GROUP == 0, "whole groups");
+#pragma unroll
+    for (int k = 0; k < N; k += Q8_GROUP)
+        if (k < n_live)
+            q8_warp_store_k<Q8_GROUP>(v + k, n_live - k, q8, meta, c0 + k * stride, stride);
+}
+
+/* One chunk: q8 / meta point at the chunk's first byte / its 4 meta
+ * words. */
+static inline __device__ void q8_warp_store(float v, int8_t *q8, int32_t *meta)
+{
+    q8_warp_store_k<1>(&v, 1, q8, meta, 0, 0);
 }
 
 /* Row `row` of the output from xr (n values) and its sum of squares. */
@@ -90,24 +137,25 @@ static inline __device__ float norm_regs_scale(const float *v, int64_t n, float 
 }
 
 /* y = v * scale * gain (g[k]: the gain of v[k], 1 without gain, which
- * changes no bit) into v, then, with out, into row `row` of the output
- * (and its 8-bit form). */
-static inline __device__ void norm_regs_apply(float *v, const float *g, int64_t n, float scale, const gk_norm_out *out,
-                                              int64_t row)
+ * changes no bit) into v, then, with write, into row `row` of out (and its
+ * 8-bit form, Q8_GROUP chunks of the warp at a time).  out by reference
+ * and a flag, not a pointer that may be NULL: a kernel parameter whose
+ * address is chosen at run time is copied to local memory first. */
+static inline __device__ void norm_regs_apply(float *v, const float *g, int64_t n, float scale, const gk_norm_out &out,
+                                              bool write, int64_t row)
 {
+    /* whole warps: n and blockDim.x are multiples of 32; chunk k of the
+     * warp starts at first + k * blockDim.x */
+    const int64_t first = (threadIdx.x / GPU_WARP) * GPU_WARP;
+    const int n_live = first < n ? (int)((n - first + blockDim.x - 1) / blockDim.x) : 0;
 #pragma unroll
     for (int k = 0; k < NR_PER_THREAD; k++) {
-        const int64_t c0 = (int64_t)k * blockDim.x + (threadIdx.x / GPU_WARP) * GPU_WARP;
-        if (c0 >= n) /* whole warps: n and blockDim.x are multiples of 32 */
-            break;
-        const int64_t i = c0 + threadIdx.x % GPU_WARP;
-        v[k] = v[k] * scale * g[k];
-        if (out == NULL)
-            continue;
-        out->y[row * n + i] = v[k];
-        if (out->q != NULL)
-            q8_warp_store(v[k], out->q + row * n + c0, out->meta + 4 * ((row * n + c0) / 32));
+        v[k] = k < n_live ? v[k] * scale * g[k] : 0.0f;
+        if (write && k < n_live)
+            out.y[row * n + first + (int64_t)k * blockDim.x + threadIdx.x % GPU_WARP] = v[k];
     }
+    if (write && out.q != NULL)
+        q8_warp_store_n<NR_PER_THREAD>(v, n_live, out.q, out.meta, row * n + first, blockDim.x);
 }
 
 /* This thread's values of row xr (through L2: in a launch's tail other
@@ -132,7 +180,7 @@ static inline __device__ void rmsnorm_row(const float *xr, int64_t n, const gk_n
     float v[NR_PER_THREAD], g[NR_PER_THREAD];
     norm_regs_load(xr, n, o->gain, v, g);
     const float scale = norm_regs_scale(v, n, o->eps, red);
-    norm_regs_apply(v, g, n, scale, o, row);
+    norm_regs_apply(v, g, n, scale, *o, true, row);
 }
 
 static inline __device__ bool rmsnorm_row_fits(int64_t n)
