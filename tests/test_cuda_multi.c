@@ -217,17 +217,27 @@ TEST(cuda_multi_tensor_refusals)
     }
 }
 
-/* NCCL (loaded at run time) sums across both devices, eagerly and from
- * captured graphs. */
-TEST(cuda_multi_nccl_allreduce)
+/* NCCL (loaded at run time), and the peer sum of decode-sized rows, sum
+ * across both devices exactly, eagerly and from captured graphs. */
+static void allreduce_exact(test_ctx *t_, size_t count, bool peer)
 {
     REQUIRE_TWO_GPUS();
     double err = -1;
-    const hydra_status st = gpu_multi_allreduce_check(2, 1 << 20, &err);
+    const hydra_status st = gpu_multi_allreduce_check(2, count, peer, &err);
     if (st == HYDRA_ERR_UNSUPPORTED)
         SKIP("%s", hydra_last_error());
     CHECK_OK(st);
     CHECK(err == 0.0);
+}
+
+TEST(cuda_multi_nccl_allreduce)
+{
+    allreduce_exact(TEST_CTX, 1 << 20, false);
+}
+
+TEST(cuda_multi_peer_allreduce)
+{
+    allreduce_exact(TEST_CTX, 8 * 2048, true); /* 8 tokens of 2048 */
 }
 
 TEST(cuda_multi_cannot_fit_says_the_numbers)
@@ -259,8 +269,8 @@ TEST(cuda_multi_close_returns_memory)
         hydra_model *m = NULL;
         hydra_session *s = NULL;
         CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
-        const bool tensor = cycle % 3 == 2; /* layer, layer hybrid, tensor */
-        const split_cfg c = {tensor ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER, {0, 0}, 0, cycle % 3 == 1, "split", false};
+        const hydra_split_mode mode = cycle % 3 == 2 ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER; /* layer, hybrid, tensor */
+        const split_cfg c = {mode, {0, 0}, 0, cycle % 3 == 1, "split", false};
         CHECK_OK(open_session(m, &c, &s));
         const int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
         CHECK_OK(hydra_session_eval(s, prompt, 12, NULL));

@@ -60,9 +60,11 @@ typedef struct gpu_split {
  * free and total memory (gpu_multi.c). */
 int gpu_device_count(void);
 hydra_status gpu_mem_device_of(int device, uint64_t *free_bytes, uint64_t *total_bytes);
-/* NCCL's all-reduce over devices 0..n_dev-1 (loaded at run time), eager
- * and replayed from captured graphs: the largest error of count sums. */
-hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err);
+/* The all-reduce of -sm tensor over devices 0..n_dev-1, eager and
+ * replayed from captured graphs: NCCL's (loaded at run time), or with peer
+ * the peer-access sum of decode-sized rows (gpu_tensor_p2p.c); the
+ * largest error of count sums. */
+hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, bool peer, double *max_err);
 
 typedef struct gpu_options {
     int64_t n_ctx, n_batch;

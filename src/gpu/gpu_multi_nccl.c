@@ -13,7 +13,7 @@
  * is set before the communicators exist, and nothing here calls
  * cuMulticastCreate.
  */
-#include "gpu_internal.h"
+#include "gpu_tensor_p2p.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -115,14 +115,35 @@ hydra_status gpu_nccl_sum(gpu_nccl *c, float *const *buf, size_t count, const gp
     return r == 0 ? HYDRA_OK : nccl_fail(c, r, "all-reduce");
 }
 
-/* The self-check: device i holds count values (i + 1) * (j % 7); after the
- * sum every device must hold n (n + 1) / 2 * (j % 7), once eagerly and once
- * replayed from a graph captured on every device's stream. */
+/* The self-checks of both sums (NCCL's, and gpu_tensor_p2p.c's for
+ * decode-sized rows): device i holds count values (i + 1) * (j % 7);
+ * after the sum every device must hold n (n + 1) / 2 * (j % 7), in
+ * CHECK_ROUNDS eager rounds and as many replays of a graph captured on
+ * every device's stream (the peer sum's generations alternate its
+ * buffers). */
+enum { CHECK_ROUNDS = 3 };
+
 typedef struct check_dev {
     gpuStream_t stream;
     float *buf;
     float *host;
 } check_dev;
+
+typedef struct summer {
+    int n;
+    hydra_status (*sum)(void *ctx, float *const *buf, size_t count, const gpuStream_t *streams);
+    void *ctx;
+} summer;
+
+static hydra_status nccl_sum_of(void *ctx, float *const *buf, size_t count, const gpuStream_t *streams)
+{
+    return gpu_nccl_sum(ctx, buf, count, streams);
+}
+
+static hydra_status p2p_sum_of(void *ctx, float *const *buf, size_t count, const gpuStream_t *streams)
+{
+    return gpu_p2p_sum(ctx, buf, count, streams);
+}
 
 static hydra_status check_fill(check_dev *d, int i, size_t count)
 {
@@ -144,62 +165,96 @@ static hydra_status check_read(check_dev *d, int n, size_t count, double *max_er
     return HYDRA_OK;
 }
 
-static hydra_status check_round(gpu_nccl *c, check_dev *d, size_t count, bool graph, double *max_err)
+/* One round: fill, sum (exec NULL: eagerly, else the captured graphs),
+ * read back. */
+static hydra_status check_round(const summer *s, check_dev *d, size_t count, gpuGraphExec_t *exec, double *max_err)
 {
     float *bufs[NCCL_MAX_DEV];
     gpuStream_t streams[NCCL_MAX_DEV];
-    for (int i = 0; i < c->n; i++) {
-        TRY(gpuSetDevice(c->device[i]), "check device");
+    for (int i = 0; i < s->n; i++) {
+        TRY(gpuSetDevice(i), "check device");
         TRY_ST(check_fill(&d[i], i, count));
         bufs[i] = d[i].buf;
         streams[i] = d[i].stream;
     }
-    if (!graph) {
-        TRY_ST(gpu_nccl_sum(c, bufs, count, streams));
-    } else {
-        gpuGraphExec_t exec[NCCL_MAX_DEV] = {0};
-        for (int i = 0; i < c->n; i++)
-            TRY(gpuStreamBeginCapture(streams[i], GPU_ENUM(StreamCaptureModeRelaxed)), "check capture");
-        const hydra_status st = gpu_nccl_sum(c, bufs, count, streams);
-        for (int i = 0; i < c->n; i++) {
-            gpuGraph_t gr = NULL;
-            gpuError_t e = gpuStreamEndCapture(streams[i], &gr);
-            if (e == gpuSuccess && st == HYDRA_OK)
-                e = gpu_graph_instantiate(&exec[i], gr);
-            if (gr != NULL)
-                gpuGraphDestroy(gr);
-            if (e != gpuSuccess)
-                return gpu_fail(e, "capturing the all-reduce");
-        }
-        TRY_ST(st);
-        for (int i = 0; i < c->n; i++) {
-            TRY(gpuSetDevice(c->device[i]), "check device");
-            TRY(gpuGraphLaunch(exec[i], streams[i]), "replaying the all-reduce");
-        }
-        for (int i = 0; i < c->n; i++) {
-            gpuSetDevice(c->device[i]);
-            gpuStreamSynchronize(streams[i]);
-            gpuGraphExecDestroy(exec[i]);
-        }
+    if (exec == NULL)
+        TRY_ST(s->sum(s->ctx, bufs, count, streams));
+    for (int i = 0; i < s->n && exec != NULL; i++) {
+        TRY(gpuSetDevice(i), "check device");
+        TRY(gpuGraphLaunch(exec[i], streams[i]), "replaying the all-reduce");
     }
-    for (int i = 0; i < c->n; i++) {
-        TRY(gpuSetDevice(c->device[i]), "check device");
-        TRY_ST(check_read(&d[i], c->n, count, max_err));
+    for (int i = 0; i < s->n; i++) {
+        TRY(gpuSetDevice(i), "check device");
+        TRY_ST(check_read(&d[i], s->n, count, max_err));
     }
     return HYDRA_OK;
 }
 
-hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err)
+static hydra_status check_capture(const summer *s, check_dev *d, size_t count, gpuGraphExec_t *exec)
+{
+    float *bufs[NCCL_MAX_DEV];
+    gpuStream_t streams[NCCL_MAX_DEV];
+    for (int i = 0; i < s->n; i++) {
+        bufs[i] = d[i].buf;
+        streams[i] = d[i].stream;
+        TRY(gpuSetDevice(i), "check device");
+        TRY(gpuStreamBeginCapture(streams[i], GPU_ENUM(StreamCaptureModeRelaxed)), "check capture");
+    }
+    const hydra_status st = s->sum(s->ctx, bufs, count, streams);
+    gpuError_t e = gpuSuccess;
+    for (int i = 0; i < s->n; i++) {
+        gpuGraph_t gr = NULL;
+        gpuSetDevice(i);
+        gpuError_t ei = gpuStreamEndCapture(streams[i], &gr);
+        if (ei == gpuSuccess && st == HYDRA_OK)
+            ei = gpu_graph_instantiate(&exec[i], gr);
+        if (gr != NULL)
+            gpuGraphDestroy(gr);
+        e = e != gpuSuccess ? e : ei;
+    }
+    TRY_ST(st);
+    return e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "capturing the all-reduce");
+}
+
+static hydra_status check_rounds(const summer *s, check_dev *d, size_t count, double *max_err)
+{
+    hydra_status st = HYDRA_OK;
+    for (int r = 0; r < CHECK_ROUNDS && st == HYDRA_OK; r++)
+        st = check_round(s, d, count, NULL, max_err);
+    gpuGraphExec_t exec[NCCL_MAX_DEV] = {0};
+    if (st == HYDRA_OK)
+        st = check_capture(s, d, count, exec);
+    for (int r = 0; r < CHECK_ROUNDS && st == HYDRA_OK; r++)
+        st = check_round(s, d, count, exec, max_err);
+    for (int i = 0; i < s->n; i++)
+        if (exec[i] != NULL) {
+            gpuSetDevice(i);
+            gpuStreamSynchronize(d[i].stream);
+            gpuGraphExecDestroy(exec[i]);
+        }
+    return st;
+}
+
+static hydra_status open_summer(summer *s, int n_dev, bool peer, size_t count)
+{
+    int devices[NCCL_MAX_DEV];
+    for (int i = 0; i < n_dev; i++)
+        devices[i] = i;
+    s->n = n_dev;
+    s->sum = peer ? p2p_sum_of : nccl_sum_of;
+    if (peer)
+        return gpu_p2p_open((gpu_p2p **)&s->ctx, n_dev, devices, (int64_t)count);
+    return gpu_nccl_open((gpu_nccl **)&s->ctx, n_dev, devices);
+}
+
+hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, bool peer, double *max_err)
 {
     *max_err = 0;
     if (n_dev < 2 || n_dev > NCCL_MAX_DEV || gpu_device_count() < n_dev)
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "all-reduce check: %d devices asked, %d present", n_dev,
                           gpu_device_count());
-    int devices[NCCL_MAX_DEV];
-    for (int i = 0; i < n_dev; i++)
-        devices[i] = i;
-    gpu_nccl *c = NULL;
-    TRY_ST(gpu_nccl_open(&c, n_dev, devices));
+    summer s = {0};
+    TRY_ST(open_summer(&s, n_dev, peer, count));
     check_dev d[NCCL_MAX_DEV] = {0};
     hydra_status st = HYDRA_OK;
     for (int i = 0; i < n_dev && st == HYDRA_OK; i++) {
@@ -211,9 +266,7 @@ hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err)
             st = hydra_fail(HYDRA_ERR_NOMEM, "check buffer");
     }
     if (st == HYDRA_OK)
-        st = check_round(c, d, count, false, max_err);
-    if (st == HYDRA_OK)
-        st = check_round(c, d, count, true, max_err);
+        st = check_rounds(&s, d, count, max_err);
     for (int i = 0; i < n_dev; i++) {
         gpuSetDevice(i);
         if (d[i].stream != NULL) {
@@ -223,6 +276,9 @@ hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err)
         gpu_mem_free(GPU_MEM_SCRATCH, d[i].buf, sizeof(float) * count);
         free(d[i].host);
     }
-    gpu_nccl_close(c);
+    if (peer)
+        gpu_p2p_close(s.ctx);
+    else
+        gpu_nccl_close(s.ctx);
     return st;
 }

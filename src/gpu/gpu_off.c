@@ -30,9 +30,9 @@ hydra_status gpu_mem_device_of(int device, uint64_t *free_bytes, uint64_t *total
     return gpu_mem_device(free_bytes, total_bytes);
 }
 
-hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, double *max_err)
+hydra_status gpu_multi_allreduce_check(int n_dev, size_t count, bool peer, double *max_err)
 {
-    (void)n_dev, (void)count;
+    (void)n_dev, (void)count, (void)peer;
     *max_err = 0;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }

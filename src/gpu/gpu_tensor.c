@@ -8,8 +8,9 @@
  *   each layer, each sublayer (attention, then the FFN/MoE block):
  *       every part: input norm of the full x; x zeroed except on the main
  *                   part; the sublayer adds its partial output into x
- *       one NCCL all-reduce (sum) of x over the parts' streams: x + every
- *       partial, on every device
+ *       one all-reduce (sum) of x over the parts' streams: x + every
+ *       partial, on every device (NCCL; decode-sized rows through peer
+ *       access, gpu_tensor_p2p.c)
  *   main part:   output norm and head, logits back
  *
  * Routed experts: every part computes the router and top-k from the same
@@ -25,6 +26,8 @@
  * shape and the split cache's generation.
  */
 #include "gpu_tensor.h"
+
+#include "gpu_tensor_p2p.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,7 @@ struct gpu_tensor {
     int device[SPLIT_MAX_DEV];
     split_view view[SPLIT_MAX_DEV];
     gpu_nccl *nccl;
+    gpu_p2p *p2p;                   /* decode-sized sums over peer access; NULL: NCCL for all */
     void *zero[SPLIT_MAX_DEV];      /* a zeroed expert matrix per device */
     size_t zero_bytes;
     void *table[SPLIT_MAX_DEV];     /* expert pointer tables per device */
@@ -113,6 +117,18 @@ static hydra_status create_part(gpu_tensor *t, gpu_session **part, const split_p
     return install_experts(t, part[i], i);
 }
 
+/* The peer sum for steps of up to GK_MATVEC_MAX_TOK rows, where every
+ * pair of devices has peer access; HYDRA_TENSOR_REDUCE=nccl keeps NCCL for
+ * every sum (the benchmark's comparison, docs/MULTIGPU.md). */
+static hydra_status open_p2p(gpu_tensor *t, const model_weights *w)
+{
+    const char *force = getenv("HYDRA_TENSOR_REDUCE");
+    if (t->n_part < 2 || (force != NULL && strcmp(force, "nccl") == 0))
+        return HYDRA_OK;
+    const hydra_status st = gpu_p2p_open(&t->p2p, t->n_part, t->device, (int64_t)GK_MATVEC_MAX_TOK * w->hp.n_embd);
+    return st == HYDRA_ERR_UNSUPPORTED ? HYDRA_OK : st; /* no peer access: NCCL sums everything */
+}
+
 hydra_status gpu_tensor_create(gpu_tensor **out, gpu_session **part, const split_plan *plan,
                                const model_weights *w, const gpu_options *o)
 {
@@ -130,6 +146,8 @@ hydra_status gpu_tensor_create(gpu_tensor **out, gpu_session **part, const split
             t->main = i;
     }
     hydra_status st = gpu_nccl_open(&t->nccl, t->n_part, t->device);
+    if (st == HYDRA_OK)
+        st = open_p2p(t, w);
     for (int i = 0; i < plan->n_part && st == HYDRA_OK; i++)
         st = create_part(t, part, plan, i, w, o);
     if (st != HYDRA_OK) {
@@ -164,6 +182,7 @@ void gpu_tensor_free(gpu_tensor *t, gpu_session **part)
         gpu_mem_free(GPU_MEM_WEIGHTS, t->table[i], t->table[i] != NULL ? t->table_bytes : 0);
         split_view_free(&t->view[i]);
     }
+    gpu_p2p_close(t->p2p);
     gpu_nccl_close(t->nccl);
     free(t);
 }
@@ -189,7 +208,8 @@ static hydra_status enqueue_all(gpu_tensor *t, gpu_session *const *part, const s
                 TRY(gpuSetDevice(t->device[i]), "selecting a part's device");
                 TRY_ST(gpu_enqueue_sublayer(part[i], l, sh, ffn == 1, i != t->main));
             }
-            TRY_ST(gpu_nccl_sum(t->nccl, x, count, s));
+            TRY_ST(gpu_p2p_fits(t->p2p, count) ? gpu_p2p_sum(t->p2p, x, count, s)
+                                               : gpu_nccl_sum(t->nccl, x, count, s));
         }
     TRY(gpuSetDevice(t->device[t->main]), "selecting the main device");
     return gpu_enqueue_head(part[t->main], sh);
@@ -280,12 +300,16 @@ static hydra_status finish(gpu_tensor *t, gpu_session *const *part, int64_t n, b
         gpuError_t e = gpuSuccess;
         if (st == HYDRA_OK && i == t->main)
             e = gpuMemcpyAsync(all_rows ? logits : m->h_logits, m->logits, bytes, gpuMemcpyDeviceToHost, m->stream);
+        if (st == HYDRA_OK && t->p2p != NULL)
+            st = gpu_p2p_fetch(t->p2p, i, part[i]->stream);
         const gpuError_t e_sync = gpuStreamSynchronize(part[i]->stream);
         e = e != gpuSuccess ? e : e_sync;
         if (st == HYDRA_OK && e != gpuSuccess)
             st = gpu_fail(e, "running a part's step");
         part[i]->stats.steps += st == HYDRA_OK;
     }
+    if (st == HYDRA_OK && t->p2p != NULL)
+        st = gpu_p2p_check(t->p2p);
     if (st == HYDRA_OK && !all_rows)
         memcpy(logits, m->h_logits, bytes);
     return st;
