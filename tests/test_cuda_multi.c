@@ -11,10 +11,11 @@
  * closing gives both devices' memory back.
  * Skips with fewer than two CUDA devices.
  */
-#include "gpu/gpu.h"
+#include "gpu_test.h"
 #include "hydra.h"
 #include "refcheck.h"
 #include "test.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +23,7 @@
 
 #define REQUIRE_TWO_GPUS()                                                                                     \
     do {                                                                                                       \
-        const char *why_;                                                                                      \
-        if (!gpu_available(&why_))                                                                             \
-            SKIP("%s", why_);                                                                                  \
+        REQUIRE_GPU();                                                                                         \
         if (gpu_device_count() < 2)                                                                            \
             SKIP("%d CUDA device present, the split needs 2", gpu_device_count());                            \
         REQUIRE_SHARED();                                                                                      \
@@ -38,15 +37,6 @@ typedef struct split_cfg {
     const char *desc;
     bool kl_only; /* the KL bars only, not the greedy ids (see tensor_f32_cfgs) */
 } split_cfg;
-
-static hydra_status open_model(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
 
 static hydra_status open_session(hydra_model *m, const split_cfg *c, hydra_session **s)
 {
@@ -93,15 +83,15 @@ static void run_model(test_ctx *t_, const char *name, const split_cfg *cfgs, int
 {
     REQUIRE_TWO_GPUS();
     ref_case r;
-    char path[512];
-    if (!ref_load(name, &r))
-        FAIL("cannot read the reference of %s", name);
-    float *ref = ref_read_logits(ref_logits_path(name, path, sizeof path), r.n_vocab, NULL);
+    float *ref = NULL;
+    char why_ref[600];
+    if (!ref_load_with_logits(name, &r, &ref, why_ref, sizeof why_ref))
+        FAIL("%s", why_ref);
     const size_t rows = (size_t)REF_PROMPT * (size_t)r.n_vocab;
     run_out one = {malloc(sizeof(float) * rows), malloc(sizeof(float) * rows), {0}};
     run_out two = {malloc(sizeof(float) * rows), malloc(sizeof(float) * rows), {0}};
     hydra_model *m = NULL;
-    hydra_status st = ref && one.batch && one.tbt && two.batch && two.tbt ? open_model(name, &m) : HYDRA_ERR_NOMEM;
+    hydra_status st = ref && one.batch && one.tbt && two.batch && two.tbt ? util_open_shared_model(name, &m) : HYDRA_ERR_NOMEM;
     if (st == HYDRA_OK)
         st = run(m, NULL, &r, &one);
     char why[700] = "";
@@ -208,7 +198,7 @@ TEST(cuda_multi_tensor_refusals)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
-        CHECK_OK(open_model(cases[i].model, &m));
+        CHECK_OK(util_open_shared_model(cases[i].model, &m));
         const split_cfg c = {HYDRA_SPLIT_TENSOR, {0, 0}, 0, cases[i].hybrid, "tensor", false};
         CHECK(open_session(m, &c, &s) != HYDRA_OK);
         CHECK(strstr(hydra_last_error(), cases[i].says) != NULL);
@@ -244,7 +234,7 @@ TEST(cuda_multi_cannot_fit_says_the_numbers)
 {
     REQUIRE_TWO_GPUS();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = 512;
     p.backend = HYDRA_BACKEND_CUDA;
@@ -268,7 +258,7 @@ TEST(cuda_multi_close_returns_memory)
     for (int cycle = 0; cycle <= 5; cycle++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
-        CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &m));
+        CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
         const hydra_split_mode mode = cycle % 3 == 2 ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER; /* layer, hybrid, tensor */
         const split_cfg c = {mode, {0, 0}, 0, cycle % 3 == 1, "split", false};
         CHECK_OK(open_session(m, &c, &s));
@@ -277,12 +267,7 @@ TEST(cuda_multi_close_returns_memory)
         CHECK_OK(hydra_session_decode(s, 5));
         hydra_session_free(s);
         hydra_model_close(m);
-        uint64_t held[GPU_MEM_COUNT];
-        gpu_mem_usage(held);
-        for (int p = 0; p < GPU_MEM_COUNT; p++)
-            if (held[p] != 0)
-                FAIL("cycle %d: %llu bytes of %s still held", cycle, (unsigned long long)held[p],
-                     gpu_purpose_name((gpu_purpose)p));
+        CHECK_NO_GPU_MEMORY_HELD(cycle);
         for (int d = 0; d < 2; d++) {
             uint64_t free_now = 0;
             CHECK_OK(gpu_mem_device_of(d, &free_now, &total));
