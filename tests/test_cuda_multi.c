@@ -132,18 +132,19 @@ static const split_cfg layer_cfgs[] = {
     {HYDRA_SPLIT_LAYER, {3, 1}, 1, false, "-sm layer -ts 3,1 -mg 1", false},
 };
 
-#define MULTI_LAYER_TEST(id, file)                                                                             \
-    TEST(cuda_multi_layer_##id)                                                                                \
+/* One model under both configurations of a split mode. */
+#define MULTI_TEST(mode, id, file)                                                                             \
+    TEST(cuda_multi_##mode##_##id)                                                                             \
     {                                                                                                          \
-        run_model(TEST_CTX, file, layer_cfgs, 2);                                                              \
+        run_model(TEST_CTX, file, mode##_cfgs, 2);                                                             \
     }
 
-MULTI_LAYER_TEST(qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
-MULTI_LAYER_TEST(qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
-MULTI_LAYER_TEST(mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
-MULTI_LAYER_TEST(qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
-MULTI_LAYER_TEST(deepseek2_tiny_q8_0, "deepseek2-tiny-q8_0")
-MULTI_LAYER_TEST(gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
+MULTI_TEST(layer, qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
+MULTI_TEST(layer, qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
+MULTI_TEST(layer, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
+MULTI_TEST(layer, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+MULTI_TEST(layer, deepseek2_tiny_q8_0, "deepseek2-tiny-q8_0")
+MULTI_TEST(layer, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
 TEST(cuda_multi_layer_hybrid_slab)
 {
@@ -158,32 +159,10 @@ static const split_cfg tensor_cfgs[] = {
     {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1", false},
 };
 
-#define MULTI_TENSOR_TEST(id, file)                                                                            \
-    TEST(cuda_multi_tensor_##id)                                                                               \
-    {                                                                                                          \
-        run_model(TEST_CTX, file, tensor_cfgs, 2);                                                             \
-    }
-
-/* qwen3moe-kq-q4_k_m's attention output is Q5_K, 256-value blocks, cut at
- * 128 columns per KV head: each part's slice is F32 (split_view.c), a
- * product without 8-bit activations, so the logits move more than the
- * order of sums does (KL vs one GPU 6.5e-4 on the 2x H200, within the
- * bar), and this file's greedy run has a near-tie at token 6 (the hybrid
- * layer split flips there too): the KL bars only. */
-static const split_cfg tensor_f32_cfgs[] = {
-    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor (F32 slice)", true},
-    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1 (F32)", true},
-};
-
-TEST(cuda_multi_tensor_qwen3moe_kq_q4_k_m)
-{
-    run_model(TEST_CTX, "qwen3moe-kq-q4_k_m", tensor_f32_cfgs, 2);
-}
-
-MULTI_TENSOR_TEST(qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
-MULTI_TENSOR_TEST(mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
-MULTI_TENSOR_TEST(qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
-MULTI_TENSOR_TEST(gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
+MULTI_TEST(tensor, qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
+MULTI_TEST(tensor, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
+MULTI_TEST(tensor, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+MULTI_TEST(tensor, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
 /* What -sm tensor does not split yet says so: latent attention (one KV
  * head here, so the plan refuses first) and the hybrid slab. */
