@@ -379,7 +379,7 @@ HYDRA_API hydra_status hydra_spec_follow(hydra_spec *s, const hydra_token *token
     if (s->mtp == NULL)
         return HYDRA_OK;
     const size_t past = hydra_session_n_past(s->target);
-    if (n < past || n > s->cap_history)
+    if (n == 0 || n < past || n > s->cap_history)
         return hydra_fail(HYDRA_ERR_RANGE, "hydra_spec_follow: %zu tokens, the target holds %zu positions of %zu", n,
                           past, s->cap_history - 1);
     const size_t same = shared_with_history(s, tokens, n);
