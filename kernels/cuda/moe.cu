@@ -137,20 +137,22 @@ extern "C" int gk_moe_group(gpuStream_t s, const gk_route *routes, int n_routes,
 }
 
 /* One block per token: sub = sum_k w_k y_k in rank order, x += sub; with
- * a norm, then the next layer's input from the new row.  In decode (a few
+ * a norm, then the next layer's input from the new row.  The routes'
+ * weights and rows are staged in shared memory first.  In decode (a few
  * tokens, so a few blocks: latency-bound) rows that fit (n % 32 == 0, n <=
- * NR_PER_THREAD * GK_NORM_THREADS) stay in registers: every thread reads
- * the routes' weights and rows itself (no staging through shared memory
- * and a barrier before the rows can be requested), the loads of 8 routes
- * are issued together, and the norm needs no second pass over x.
- * Prefill's many blocks hide latency better with the loop below (the
- * register form took 2.3 ms instead of 1.1 ms for 512 tokens). */
+ * NR_PER_THREAD * GK_NORM_THREADS) stay in registers (cb_regs): every
+ * thread's loads of 4 routes are issued together and the norm needs no
+ * second pass over x.  (Every thread reading the route weights itself, 8
+ * routes' loads at once, was slower on the H200: 17.0 against 14.4 us per
+ * launch; docs/PERFORMANCE.md, "CUDA decode, session 5".)  Prefill's many
+ * blocks hide latency better with the loop below (the register form took
+ * 2.3 ms instead of 1.1 ms for 512 tokens). */
 static inline __device__ int64_t cb_row(const int32_t *slot_of, int r, int64_t n)
 {
     return (int64_t)(slot_of != NULL ? slot_of[r] : r) * n;
 }
 
-static inline __device__ void cb_regs(const gk_route *routes, const int32_t *slot_of, const float *y, int n_used,
+static inline __device__ void cb_regs(const float *w, const int64_t *row, const float *y, int n_used,
                                       int64_t n, float *xr, const gk_norm_out &norm, double *red)
 {
     const int t = blockIdx.x;
@@ -159,10 +161,10 @@ static inline __device__ void cb_regs(const gk_route *routes, const int32_t *slo
 #pragma unroll
     for (int k = 0; k < NR_PER_THREAD; k++)
         sub[k] = 0.0f;
-#pragma unroll 8
+#pragma unroll 4
     for (int r = 0; r < n_used; r++) {
-        const float wr = routes[t * n_used + r].weight;
-        const float *yr = y + cb_row(slot_of, t * n_used + r, n);
+        const float wr = w[r];
+        const float *yr = y + row[r];
 #pragma unroll
         for (int k = 0; k < NR_PER_THREAD; k++) {
             const int64_t d = threadIdx.x + (int64_t)k * GK_NORM_THREADS;
@@ -193,15 +195,15 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route 
     __shared__ double red[GK_NORM_THREADS / GPU_WARP];
     const int t = blockIdx.x;
     float *xr = x + (int64_t)t * n;
-    if (gridDim.x <= GK_MATVEC_MAX_TOK && rmsnorm_row_fits(n)) {
-        cb_regs(routes, slot_of, y, n_used, n, xr, norm, red);
-        return;
-    }
     for (int k = threadIdx.x; k < n_used; k += GK_NORM_THREADS) {
         w[k] = routes[t * n_used + k].weight;
         row[k] = cb_row(slot_of, t * n_used + k, n);
     }
     __syncthreads();
+    if (gridDim.x <= GK_MATVEC_MAX_TOK && rmsnorm_row_fits(n)) {
+        cb_regs(w, row, y, n_used, n, xr, norm, red);
+        return;
+    }
     double sumsq = 0.0;
     for (int64_t d = threadIdx.x; d < n; d += GK_NORM_THREADS) {
         float sub = 0.0f;
