@@ -123,6 +123,52 @@ typedef struct split_view {
 hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part);
 void split_view_free(split_view *v); /* safe on a zeroed or freed view */
 
+/* --- -sm tensor with the hybrid slab (split_slab.c): each part's slab holds
+ * hot experts among the routed experts it owns ([exp0, exp1) of its plan
+ * part), sized by what its device has left once its own share of the
+ * model is placed (avail - need of a plan made with the routed experts
+ * left out, split_model_of's skip_experts).  An expert that no part's slab
+ * holds is computed by the CPU miss pass once, on the main part only, so
+ * every (layer, expert) is computed by exactly one of: its owner's slab,
+ * the main part's CPU pass.  Slots per MoE layer as placement.h plans
+ * without a profile: the same count in every layer (the most the part's
+ * slab budget allows), the remainder one more slot per layer from the
+ * first on, never more than the part owns; each part's slots go to its
+ * hottest owned experts by order. */
+typedef enum split_slab_role {
+    SPLIT_SLAB_HERE = 0,      /* in this part's slab: its GPU computes it */
+    SPLIT_SLAB_CPU = 1,       /* in no slab: this part (the main one) runs it on the CPU */
+    SPLIT_SLAB_ELSEWHERE = 2, /* another part's slab, or the main part's CPU pass: skipped here */
+} split_slab_role;
+
+typedef struct split_slab_input {
+    const split_plan *plan;       /* a tensor split's plan */
+    int n_layer, n_expert;
+    const uint64_t *expert_bytes; /* per layer: one expert's slab bytes; 0: a dense layer */
+    const int32_t *const *order;  /* per layer: every expert once, hottest first; NULL (or NULL rows): ascending */
+} split_slab_input;
+
+typedef struct split_slab {
+    int n_part, n_layer, n_expert, main;
+    uint64_t budget[SPLIT_MAX_DEV]; /* per part: slab bytes, avail - need */
+    int32_t *n_slots;               /* n_part x n_layer */
+    int16_t *holder;                /* n_layer x n_expert: the part whose slab holds it; -1: none (CPU), -2: dense layer */
+} split_slab;
+
+/* Plans every part's slab.  HYDRA_ERR_INVALID_ARG for a plan that is not a
+ * tensor split or an order that is not a permutation of a layer's experts;
+ * HYDRA_ERR_NOMEM.  Free with split_slab_free. */
+hydra_status split_slab_make(split_slab *s, const split_slab_input *in);
+void split_slab_free(split_slab *s); /* zeroes; safe on a zeroed one */
+
+/* What part does with expert e of layer l (dense layers: ELSEWHERE). */
+split_slab_role split_slab_role_of(const split_slab *s, int part, int l, int e);
+
+/* Part's expert ids of layer l for hybrid_config.order: the experts of its
+ * slab first, then the rest, each ascending; returns the slab's
+ * count (part's hybrid_config.n_slots[l]).  ids holds n_expert. */
+int32_t split_slab_order(const split_slab *s, int part, int l, int32_t *ids);
+
 /* --- split states, cached by the step's structure.  A state says, for one
  * step shape, what each part moves: rows of the hidden state across a
  * layer boundary, elements of each all-reduce.  SPLIT_CACHE_WAYS states
