@@ -109,6 +109,10 @@ int split_parse_ratios(const char *text, float *ratios, int max);
  * attention output columns, FFN gate/up rows and down columns of the
  * part; routed expert stacks of [exp0, exp1) (ne[2] the part's count);
  * the attention output bias and the output head on the main part only.
+ * all_experts (the hybrid slab, split_slab): the routed stacks and their
+ * biases stay whole, since the part's hybrid session reads any expert's
+ * weights from the mapping (its slab's experts, or, on the main part,
+ * the CPU pass's) and skips the experts computed elsewhere.
  * Row slices point into w's mapping; column slices are host copies the
  * view owns (F32 where a head boundary cuts a quant block).  w must
  * outlive the view. */
@@ -120,7 +124,8 @@ typedef struct split_view {
     int n_buf, cap_buf;
 } split_view;
 
-hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part);
+hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part,
+                             bool all_experts);
 void split_view_free(split_view *v); /* safe on a zeroed or freed view */
 
 /* --- -sm tensor with the hybrid slab (split_slab.c): each part's slab holds

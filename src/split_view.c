@@ -154,20 +154,24 @@ static hydra_status view_ffn(split_view *v, const split_plan *plan, int part, la
     return slice_cols(v, d, f0, f1, arch_tensor_specs[down].name);
 }
 
-static hydra_status view_layer(split_view *v, const split_plan *plan, int part, layer_weights *lw, const cuts *c)
+static hydra_status view_layer(split_view *v, const split_plan *plan, int part, layer_weights *lw, const cuts *c,
+                               bool all_experts)
 {
     hydra_status st = view_attention(v, lw, c, plan->part[part].head);
     if (st == HYDRA_OK)
         st = view_ffn(v, plan, part, lw, W_FFN_GATE, W_FFN_UP, W_FFN_DOWN, &v->w.hp.n_ff);
     if (st == HYDRA_OK)
         st = view_ffn(v, plan, part, lw, W_SHEXP_GATE, W_SHEXP_UP, W_SHEXP_DOWN, &v->w.hp.n_ff_shexp);
+    if (all_experts || st != HYDRA_OK)
+        return st;
     static const arch_role stacks[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN};
     for (size_t i = 0; i < sizeof stacks / sizeof stacks[0]; i++)
         slice_experts(v, &lw->w[stacks[i]]);
-    return st == HYDRA_OK ? own_expert_bias(v, &lw->w[W_MOE_DOWN_BIAS]) : st;
+    return own_expert_bias(v, &lw->w[W_MOE_DOWN_BIAS]);
 }
 
-hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part)
+hydra_status split_view_make(split_view *v, const model_weights *w, const split_plan *plan, int part,
+                             bool all_experts)
 {
     memset(v, 0, sizeof *v);
     const arch_hparams *hp = &w->hp;
@@ -199,7 +203,7 @@ hydra_status split_view_make(split_view *v, const model_weights *w, const split_
         v->w.global[W_OUTPUT] = v->w.global[W_OUTPUT_NORM] = (wtensor){0};
     hydra_status st = HYDRA_OK;
     for (uint32_t l = 0; l < hp->n_layer && st == HYDRA_OK; l++)
-        st = view_layer(v, plan, part, &v->layer[l], &c);
+        st = view_layer(v, plan, part, &v->layer[l], &c, all_experts);
     if (st != HYDRA_OK)
         split_view_free(v);
     return st;

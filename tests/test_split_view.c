@@ -99,7 +99,7 @@ typedef struct sums {
 static void check_part(test_ctx *t_, const model_weights *w, const split_plan *p, int i, sums *s)
 {
     split_view v;
-    CHECK_OK(split_view_make(&v, w, p, i));
+    CHECK_OK(split_view_make(&v, w, p, i, false));
     const arch_hparams *hp = &w->hp;
     const split_part *q = &p->part[i];
     const int64_t group = hp->n_head / hp->n_head_kv, dq = group * hp->head_dim_k, dv = group * hp->head_dim_v;
@@ -194,6 +194,32 @@ TEST(split_view_mixtral_tiny_q4_0)
     check_model(TEST_CTX, "mixtral-tiny-q4_0");
 }
 
+/* all_experts (the hybrid slab of a tensor split): the routed stacks and
+ * the per-expert bias stay the model's, the attention is still the part's. */
+TEST(split_view_all_experts_gptoss_tiny_mxfp4)
+{
+    REQUIRE_SHARED();
+    loaded ld;
+    CHECK_OK(load("gptoss-tiny-mxfp4", &ld));
+    split_plan p;
+    CHECK_OK(plan_of(&ld.w, (const float[]){3, 1}, 1, &p));
+    for (int i = 0; i < p.n_part; i++) {
+        split_view v;
+        CHECK_OK(split_view_make(&v, &ld.w, &p, i, true));
+        for (uint32_t l = 0; l < ld.w.hp.n_layer; l++) {
+            static const arch_role whole[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN, W_MOE_DOWN_BIAS};
+            for (size_t r = 0; r < sizeof whole / sizeof whole[0]; r++) {
+                CHECK(v.layer[l].w[whole[r]].data == ld.w.layer[l].w[whole[r]].data);
+                CHECK_EQ_INT(v.layer[l].w[whole[r]].ne[2], ld.w.layer[l].w[whole[r]].ne[2]);
+            }
+            CHECK_EQ_INT(v.layer[l].w[W_ATTN_K].ne[1],
+                         (p.part[i].head1 - p.part[i].head0) * (int64_t)ld.w.hp.head_dim_k);
+        }
+        split_view_free(&v);
+    }
+    unload(&ld);
+}
+
 TEST(split_view_refuses_latent_attention)
 {
     REQUIRE_SHARED();
@@ -203,7 +229,7 @@ TEST(split_view_refuses_latent_attention)
     p.part[0] = (split_part){.layer1 = (int)ld.w.hp.n_layer, .head1 = 1, .exp1 = (int)ld.w.hp.n_expert,
                              .head = true, .embed = true, .share = 1.0};
     split_view v;
-    CHECK_EQ_INT(split_view_make(&v, &ld.w, &p, 0), HYDRA_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(split_view_make(&v, &ld.w, &p, 0, false), HYDRA_ERR_UNSUPPORTED);
     CHECK(strstr(hydra_last_error(), "latent attention") != NULL);
     unload(&ld);
 }

@@ -106,7 +106,7 @@ static hydra_status install_experts(gpu_tensor *t, gpu_session *p, int i)
 static hydra_status create_part(gpu_tensor *t, gpu_session **part, const split_plan *plan, int i,
                                 const model_weights *w, const gpu_options *o)
 {
-    TRY_ST(split_view_make(&t->view[i], w, plan, i));
+    TRY_ST(split_view_make(&t->view[i], w, plan, i, false));
     gpu_options po = *o;
     po.split = (gpu_split){0};
     po.device = plan->part[i].device;
