@@ -151,6 +151,8 @@ typedef struct split_slab_input {
     int n_layer, n_expert;
     const uint64_t *expert_bytes; /* per layer: one expert's slab bytes; 0: a dense layer */
     const int32_t *const *order;  /* per layer: every expert once, hottest first; NULL (or NULL rows): ascending */
+    double fraction;              /* >= 0: each part takes this share of its own experts per MoE layer
+                                   * (nearest, no budget: --hybrid's slab fraction); < 0: by budget */
 } split_slab_input;
 
 typedef struct split_slab {

@@ -14,6 +14,7 @@
 #include "split.h"
 
 #include "error.h"
+#include "hybrid.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,12 @@ static hydra_status make_parts(split_slab *s, const split_slab_input *in)
         const split_part *q = &in->plan->part[i];
         s->budget[i] = q->avail > q->need ? q->avail - q->need : 0;
         s->main = q->head ? i : s->main;
-        plan_part_slots(in, s->budget[i], q->exp1 - q->exp0, s->n_slots + (size_t)i * (size_t)s->n_layer);
+        int32_t *n_slots = s->n_slots + (size_t)i * (size_t)s->n_layer;
+        if (in->fraction >= 0.0)
+            for (int l = 0; l < s->n_layer; l++)
+                n_slots[l] = in->expert_bytes[l] > 0 ? hybrid_slots_for_fraction(q->exp1 - q->exp0, in->fraction) : 0;
+        else
+            plan_part_slots(in, s->budget[i], q->exp1 - q->exp0, n_slots);
         for (int l = 0; l < s->n_layer; l++)
             fill_layer(s, in, i, l);
     }
@@ -99,6 +105,8 @@ hydra_status split_slab_make(split_slab *s, const split_slab_input *in)
     memset(s, 0, sizeof *s);
     if (in->plan == NULL || in->plan->mode != SPLIT_TENSOR)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor slab: the plan is not a tensor split");
+    if (in->fraction > 1.0)
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor slab: fraction %g above 1", in->fraction);
     if (in->n_layer < 0 || in->n_expert < 0 || in->n_expert > INT16_MAX)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor slab: %d layers of %d experts", in->n_layer,
                           in->n_expert);

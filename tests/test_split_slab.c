@@ -36,7 +36,8 @@ TEST(split_slab_hand_counted)
     const uint64_t bytes[3] = {100, 0, 100};
     const int32_t hot0[8] = {7, 0, 5, 1, 6, 2, 3, 4};
     const int32_t *order[3] = {hot0, NULL, NULL};
-    const split_slab_input in = {.plan = &plan, .n_layer = 3, .n_expert = 8, .expert_bytes = bytes, .order = order};
+    const split_slab_input in = {.plan = &plan, .n_layer = 3, .n_expert = 8, .expert_bytes = bytes, .order = order,
+                                 .fraction = -1};
     split_slab s;
     CHECK_OK(split_slab_make(&s, &in));
     CHECK_EQ_INT(s.main, 1);
@@ -88,7 +89,8 @@ TEST(split_slab_ts_3_1_budgets)
     const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 2, .avail = avail, .ratios = ratios, .main_gpu = 1};
     split_plan plan;
     CHECK_OK(split_plan_make(&plan, &m, &r));
-    const split_slab_input in = {.plan = &plan, .n_layer = N_LAYER, .n_expert = N_EXPERT, .expert_bytes = bytes};
+    const split_slab_input in = {.plan = &plan, .n_layer = N_LAYER, .n_expert = N_EXPERT, .expert_bytes = bytes,
+                                 .fraction = -1};
     split_slab s;
     CHECK_OK(split_slab_make(&s, &in));
     int cpu = 0;
@@ -123,14 +125,15 @@ TEST(split_slab_ts_3_1_budgets)
 }
 
 /* Budgets at the extremes: nothing left (all on the main part's CPU) and
- * room for everything (every expert in its owner's slab, no CPU pass). */
+ * room for everything (every expert in its owner's slab, no CPU pass);
+ * then a fraction instead of a budget. */
 TEST(split_slab_empty_and_full)
 {
     split_plan plan = {.mode = SPLIT_TENSOR, .n_part = 2};
     plan.part[0] = (split_part){.device = 0, .exp0 = 0, .exp1 = 3, .avail = 500, .need = 600, .head = true};
     plan.part[1] = (split_part){.device = 1, .exp0 = 3, .exp1 = 6, .avail = 500, .need = 500};
     const uint64_t bytes[2] = {10, 10};
-    const split_slab_input in = {.plan = &plan, .n_layer = 2, .n_expert = 6, .expert_bytes = bytes};
+    split_slab_input in = {.plan = &plan, .n_layer = 2, .n_expert = 6, .expert_bytes = bytes, .fraction = -1};
     split_slab s;
     CHECK_OK(split_slab_make(&s, &in));
     CHECK_EQ_INT(s.budget[0], 0);
@@ -151,6 +154,16 @@ TEST(split_slab_empty_and_full)
         }
     }
     split_slab_free(&s);
+    in.fraction = 0.5; /* by fraction (no budget): 2 of each part's 3 (1.5 rounds up) */
+    CHECK_OK(split_slab_make(&s, &in));
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 2; i++)
+            CHECK_EQ_INT(s.n_slots[i * 2 + l], 2);
+    CHECK_EQ_INT(s.holder[2], -1);
+    CHECK_EQ_INT(s.holder[4], 1);
+    CHECK_EQ_INT(s.holder[5], -1);
+    CHECK_EQ_INT(split_slab_role_of(&s, 0, 0, 5), SPLIT_SLAB_CPU); /* part 0 is the main one */
+    split_slab_free(&s);
 }
 
 TEST(split_slab_rejects_bad_input)
@@ -160,7 +173,7 @@ TEST(split_slab_rejects_bad_input)
     const uint64_t bytes[1] = {10};
     const int32_t twice[4] = {0, 1, 1, 3};
     const int32_t *order[1] = {twice};
-    split_slab_input in = {.plan = &plan, .n_layer = 1, .n_expert = 4, .expert_bytes = bytes};
+    split_slab_input in = {.plan = &plan, .n_layer = 1, .n_expert = 4, .expert_bytes = bytes, .fraction = -1};
     split_slab s;
     CHECK_EQ_INT(split_slab_make(&s, &in), HYDRA_ERR_INVALID_ARG);
     CHECK(strstr(hydra_last_error(), "not a tensor split") != NULL);
