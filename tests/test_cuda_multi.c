@@ -7,7 +7,9 @@
  * computed on the CPU and its slab admissions per device); -sm layer and
  * -sm tensor (heads, FFN columns and experts spread, one all-reduce per
  * sublayer).  Also: -ts shares and --main-gpu, the
- * hybrid slab spread over both devices, a split that cannot fit, and
+ * hybrid slab spread over both devices (layer split: each part its layers'
+ * hot experts; tensor split: each part the hot ones among its experts, the
+ * CPU pass once on the main part), a split that cannot fit, and
  * closing gives both devices' memory back.
  * Skips with fewer than two CUDA devices.
  */
@@ -36,6 +38,7 @@ typedef struct split_cfg {
     bool hybrid;
     const char *desc;
     bool kl_only; /* the KL bars only, not the greedy ids (see tensor_f32_cfgs) */
+    uint64_t budget; /* --vram-budget per device; 0: none (hybrid: a 50% slab) */
 } split_cfg;
 
 static hydra_status open_session(hydra_model *m, const split_cfg *c, hydra_session **s)
@@ -52,6 +55,7 @@ static hydra_status open_session(hydra_model *m, const split_cfg *c, hydra_sessi
             p.hybrid = HYDRA_HYBRID_CUDA;
             p.resident_fraction = 0.5;
         }
+        p.vram_budget = c->budget;
     }
     return hydra_session_create(s, m, &p);
 }
@@ -128,8 +132,8 @@ static void run_model(test_ctx *t_, const char *name, const split_cfg *cfgs, int
 }
 
 static const split_cfg layer_cfgs[] = {
-    {HYDRA_SPLIT_LAYER, {0, 0}, 0, false, "-sm layer", false},
-    {HYDRA_SPLIT_LAYER, {3, 1}, 1, false, "-sm layer -ts 3,1 -mg 1", false},
+    {HYDRA_SPLIT_LAYER, {0, 0}, 0, false, "-sm layer", false, 0},
+    {HYDRA_SPLIT_LAYER, {3, 1}, 1, false, "-sm layer -ts 3,1 -mg 1", false, 0},
 };
 
 /* One model under both configurations of a split mode. */
@@ -148,15 +152,15 @@ MULTI_TEST(layer, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
 TEST(cuda_multi_layer_hybrid_slab)
 {
-    static const split_cfg c[] = {{HYDRA_SPLIT_LAYER, {0, 0}, 0, true, "-sm layer, hybrid 50%", false}};
+    static const split_cfg c[] = {{HYDRA_SPLIT_LAYER, {0, 0}, 0, true, "-sm layer, hybrid 50%", false, 0}};
     run_model(TEST_CTX, "qwen3moe-kq-q4_k_m", c, 1);
 }
 
 /* -sm tensor: partial sums in another order than one GPU's, so the KL
  * bars against one GPU and llama.cpp, and the greedy ids equal. */
 static const split_cfg tensor_cfgs[] = {
-    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor", false},
-    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1", false},
+    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor", false, 0},
+    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1", false, 0},
 };
 
 /* qwen3moe-kq-q4_k_m's attention output is Q5_K, 256-value blocks, cut at
@@ -166,8 +170,8 @@ static const split_cfg tensor_cfgs[] = {
  * bar), and this file's greedy run has a near-tie at token 6 (the hybrid
  * layer split flips there too): the KL bars only. */
 static const split_cfg tensor_f32_cfgs[] = {
-    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor (F32 slice)", true},
-    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1 (F32)", true},
+    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor (F32 slice)", true, 0},
+    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1 (F32)", true, 0},
 };
 
 MULTI_TEST(tensor_f32, qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
@@ -176,8 +180,59 @@ MULTI_TEST(tensor, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
 MULTI_TEST(tensor, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
 MULTI_TEST(tensor, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
+/* -sm tensor with the hybrid slab (split_slab.c): each part's slab the
+ * hot experts among its own, the rest computed once by the main part's
+ * CPU pass and added on the main part before the all-reduce.  Misses run
+ * on the CPU: the KL bars only (as cuda_multi_layer_hybrid_slab). */
+static const split_cfg tensor_hybrid_cfgs[] = {
+    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, true, "-sm tensor, hybrid 50%", true, 0},
+    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, true, "-sm tensor -ts 3,1 -mg 1, hy 50%", true, 0},
+};
+
+MULTI_TEST(tensor_hybrid, qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
+MULTI_TEST(tensor_hybrid, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
+MULTI_TEST(tensor_hybrid, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+
+/* The smallest --vram-budget (in steps of 1/8) under which -sm tensor
+ * --hybrid opens: each part's slab is what is left after its share of the
+ * rest, so a few slots at most (and at most every expert at 4x it). */
+static hydra_status smallest_budget(hydra_model *m, uint64_t *budget)
+{
+    for (uint64_t b = 1 << 20; b < (1ull << 34); b += b / 8) {
+        hydra_session *s = NULL;
+        const split_cfg c = {HYDRA_SPLIT_TENSOR, {0, 0}, 0, true, "", true, b};
+        const hydra_status st = open_session(m, &c, &s);
+        hydra_session_free(s);
+        if (st != HYDRA_ERR_RANGE) {
+            *budget = b;
+            return st;
+        }
+    }
+    return HYDRA_ERR_RANGE;
+}
+
+/* Per-device budgets: the slab planned per part (avail - need) instead of
+ * a fraction; the smallest budget that opens, then four times it. */
+TEST(cuda_multi_tensor_hybrid_budget_qwen3moe_tiny_q8_0)
+{
+    REQUIRE_TWO_GPUS();
+    hydra_model *m = NULL;
+    uint64_t b = 0;
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
+    const hydra_status st = smallest_budget(m, &b);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    printf("  smallest -sm tensor --hybrid budget: %.2f MiB per device\n", (double)b / 1048576.0);
+    const split_cfg c[] = {
+        {HYDRA_SPLIT_TENSOR, {0, 0}, 0, true, "-sm tensor, budget min", true, b},
+        {HYDRA_SPLIT_TENSOR, {3, 1}, 1, true, "-sm tensor -ts 3,1, budget 4x", true, 4 * b},
+    };
+    run_model(TEST_CTX, "qwen3moe-tiny-q8_0", c, 2);
+}
+
 /* What -sm tensor does not split yet says so: latent attention (one KV
- * head here, so the plan refuses first) and the hybrid slab. */
+ * head here, so the plan refuses first) and the hybrid slab of a model
+ * with per-expert biases. */
 TEST(cuda_multi_tensor_refusals)
 {
     REQUIRE_TWO_GPUS();
@@ -185,12 +240,12 @@ TEST(cuda_multi_tensor_refusals)
         const char *model;
         bool hybrid;
         const char *says;
-    } cases[] = {{"deepseek2-tiny-q8_0", false, "-sm tensor"}, {"qwen3moe-kq-q4_k_m", true, "--hybrid"}};
+    } cases[] = {{"deepseek2-tiny-q8_0", false, "-sm tensor"}, {"gptoss-tiny-mxfp4", true, "per-expert biases"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
         CHECK_OK(util_open_shared_model(cases[i].model, &m));
-        const split_cfg c = {HYDRA_SPLIT_TENSOR, {0, 0}, 0, cases[i].hybrid, "tensor", false};
+        const split_cfg c = {HYDRA_SPLIT_TENSOR, {0, 0}, 0, cases[i].hybrid, "tensor", false, 0};
         CHECK(open_session(m, &c, &s) != HYDRA_OK);
         CHECK(strstr(hydra_last_error(), cases[i].says) != NULL);
         hydra_session_free(s);
@@ -251,7 +306,7 @@ TEST(cuda_multi_close_returns_memory)
         hydra_session *s = NULL;
         CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
         const hydra_split_mode mode = cycle % 3 == 2 ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER; /* layer, hybrid, tensor */
-        const split_cfg c = {mode, {0, 0}, 0, cycle % 3 == 1, "split", false};
+        const split_cfg c = {mode, {0, 0}, 0, cycle % 3 == 1, "split", false, 0};
         CHECK_OK(open_session(m, &c, &s));
         const int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
         CHECK_OK(hydra_session_eval(s, prompt, 12, NULL));

@@ -5,6 +5,8 @@
  */
 #include "gpu_hybrid_internal.h"
 
+#include "../split.h"
+
 /* Where a streamed prefill reads part p of a missed expert e of layer l:
  * the layer's staging buffer when there is one, else the pinned copy over
  * the bus; NULL when neither (such a step splits instead). */
@@ -55,5 +57,31 @@ hydra_status hy_upload_tables(gpu_hybrid *hy, gpuStream_t s)
         hy->dirty[l] = false;
         hy->c.table_version++;
     }
+    return HYDRA_OK;
+}
+
+/* -sm tensor (gpu_tensor.c): the experts of another part's slab, and on a
+ * part other than the main one the CPU pass's too, read here as resident
+ * at a zeroed matrix (every weight pointer at zero, whose output is
+ * exactly 0), so neither this GPU nor its CPU pass adds them and the
+ * all-reduce adds their one result.  A static slab only: an admission or
+ * a staged prefill rewrites rows from the split state. */
+hydra_status gpu_hybrid_point_elsewhere(gpu_session *g, const struct split_slab *s, int part, const uint8_t *zero)
+{
+    gpu_hybrid *hy = g->hy;
+    if (hy->o.admit_bytes_per_token > 0 || hy->stage_base != NULL)
+        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor: a part's hybrid slab must be static (no admissions, "
+                          "no staged prefill)");
+    for (int l = 0; l < hy->n_layer; l++)
+        for (int e = 0; is_moe(hy, l) && e < hy->n_expert; e++) {
+            if (split_slab_role_of(s, part, l, e) != SPLIT_SLAB_ELSEWHERE)
+                continue;
+            tab_slot_of(hy->h.tab, hy, l)[e] = 0; /* not a miss; the slot is not read (the pointers are) */
+            for (int p = 0; p < N_PARTS; p++)
+                tab_ptrs(hy->h.tab, hy, l, p)[e] = zero;
+            hy->dirty[l] = true;
+        }
+    TRY_ST(hy_upload_tables(hy, g->stream));
+    TRY(gpuStreamSynchronize(g->stream), "uploading a part's slot tables");
     return HYDRA_OK;
 }

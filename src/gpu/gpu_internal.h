@@ -196,6 +196,10 @@ hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out 
 hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n);
 hydra_status gpu_hybrid_enqueue_tail(gpu_session *g);
 hydra_status gpu_hybrid_end_step(gpu_session *g);
+/* -sm tensor: the experts split_slab_role_of calls ELSEWHERE for part are
+ * read at the zeroed matrix zero (gpu_hybrid_table.c). */
+struct split_slab;
+hydra_status gpu_hybrid_point_elsewhere(gpu_session *g, const struct split_slab *s, int part, const uint8_t *zero);
 
 /* --- multi-GPU (gpu_multi.c): a session over several devices, each part
  * a session of its own running a layer range (gpu_options.split). */

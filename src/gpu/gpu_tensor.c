@@ -29,6 +29,8 @@
 
 #include "gpu_tensor_p2p.h"
 
+#include "../hybrid.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,20 +56,29 @@ struct gpu_tensor {
     size_t table_bytes;
     tensor_graph graph[TENSOR_GRAPHS];
     int n_graphs, next_evict;
+    split_slab slab;                /* --hybrid cuda: which part's slab holds which experts */
 };
 
 static const arch_role expert_roles[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN};
 enum { N_EXPERT_ROLES = sizeof expert_roles / sizeof expert_roles[0] };
 
-static size_t largest_expert(const gpu_session *p)
+static size_t largest_expert(const model_weights *w)
 {
     size_t most = 0;
-    for (int l = 0; l < p->gw.n_layer; l++)
+    for (uint32_t l = 0; l < w->hp.n_layer; l++)
         for (int r = 0; r < N_EXPERT_ROLES; r++) {
-            const size_t b = gw_at(&p->gw, l, expert_roles[r])->mat_bytes;
+            const size_t b = w->layer[l].w[expert_roles[r]].mat_bytes;
             most = b > most ? b : most;
         }
     return most;
+}
+
+static hydra_status alloc_zero(gpu_tensor *t, const gpu_session *p, int i)
+{
+    t->zero_bytes = largest_expert(p->w);
+    TRY_ST(gpu_mem_alloc(GPU_MEM_WEIGHTS, t->zero_bytes, &t->zero[i], "-sm tensor: zero expert"));
+    TRY(gpuMemset(t->zero[i], 0, t->zero_bytes), "-sm tensor: zeroing the zero expert");
+    return HYDRA_OK;
 }
 
 /* Part i's table: expert e of each stack at its place in the part's
@@ -78,10 +89,8 @@ static hydra_status install_experts(gpu_tensor *t, gpu_session *p, int i)
     const split_view *v = &t->view[i];
     if (n_expert == 0)
         return HYDRA_OK;
-    t->zero_bytes = largest_expert(p);
+    TRY_ST(alloc_zero(t, p, i));
     t->table_bytes = sizeof(uint8_t *) * (size_t)n_layer * N_EXPERT_ROLES * (size_t)n_expert;
-    TRY_ST(gpu_mem_alloc(GPU_MEM_WEIGHTS, t->zero_bytes, &t->zero[i], "-sm tensor: zero expert"));
-    TRY(gpuMemset(t->zero[i], 0, t->zero_bytes), "-sm tensor: zeroing the zero expert");
     TRY_ST(gpu_mem_alloc(GPU_MEM_WEIGHTS, t->table_bytes, &t->table[i], "-sm tensor: expert tables"));
     const uint8_t **host = malloc(t->table_bytes);
     if (host == NULL)
@@ -103,16 +112,98 @@ static hydra_status install_experts(gpu_tensor *t, gpu_session *p, int i)
     return e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "-sm tensor: copying the expert tables");
 }
 
+/* --- --hybrid cuda: each part a hybrid session over its view (every
+ * expert's weights in its mapping, split_view all_experts), its slab the
+ * experts split_slab gives it, every expert held by another part's slab
+ * (and, off the main part, every expert of the CPU pass) pointed at the
+ * zero matrix; only the main part's CPU pass has misses, so its sum is
+ * added once, on the main part's x, before the all-reduce. */
+
+/* Each MoE layer's experts hottest first: the session's initial slab (its
+ * pooled --vram-budget placement or pin file) in slot order, then the
+ * rest ascending; NULL rows (ascending) without one. */
+static hydra_status plan_slab(gpu_tensor *t, const split_plan *plan, const model_weights *w, const gpu_options *o)
+{
+    const int n_layer = (int)w->hp.n_layer, n_expert = (int)w->hp.n_expert;
+    uint64_t *bytes = calloc((size_t)n_layer + 1, sizeof *bytes);
+    int32_t *ids = malloc(sizeof *ids * ((size_t)n_layer * (size_t)n_expert + 1));
+    const int32_t **order = calloc((size_t)n_layer + 1, sizeof *order);
+    hydra_status st = bytes && ids && order ? HYDRA_OK : hydra_fail(HYDRA_ERR_NOMEM, "-sm tensor: slab plan");
+    const hybrid_state *init = o->slab_init;
+    for (int l = 0; l < n_layer && st == HYDRA_OK; l++) {
+        if (w->layer[l].w[W_MOE_DOWN_BIAS].data != NULL)
+            st = hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor with --hybrid cuda: %s's per-expert biases are not "
+                            "split between the parts' slabs yet; use -sm layer", w->arch->name);
+        bytes[l] = w->layer[l].moe ? hybrid_expert_bytes(w, (uint32_t)l) : 0;
+        if (init == NULL || init->n_layer != (uint32_t)n_layer || init->layer[l].n_expert != n_expert)
+            continue;
+        const hybrid_layer *L = &init->layer[l];
+        int32_t *row = ids + (size_t)l * (size_t)n_expert, n = 0;
+        for (int s = 0; s < L->n_slots; s++)
+            if (L->expert_in[s] >= 0)
+                row[n++] = L->expert_in[s];
+        memcpy(row + n, L->host_only, sizeof *row * (size_t)L->n_host_only);
+        order[l] = n + L->n_host_only == n_expert ? row : NULL;
+    }
+    const split_slab_input in = {.plan = plan, .n_layer = n_layer, .n_expert = n_expert, .expert_bytes = bytes,
+                                 .order = order, .fraction = o->split.budget > 0 ? -1.0 : o->slab_fraction};
+    if (st == HYDRA_OK)
+        st = split_slab_make(&t->slab, &in);
+    free(bytes);
+    free(ids);
+    free(order);
+    return st;
+}
+
+/* Part i's initial slab: its experts of the plan, in slots 0, 1, ... */
+static hydra_status part_slab_init(const gpu_tensor *t, const model_weights *view, int i, hybrid_state *init)
+{
+    const size_t nl = (size_t)t->slab.n_layer, ne = (size_t)t->slab.n_expert;
+    int32_t *ids = malloc(sizeof *ids * (nl * ne + 1)), *n_slots = calloc(nl + 1, sizeof *n_slots);
+    const int32_t **order = calloc(nl + 1, sizeof *order);
+    hydra_status st = ids && n_slots && order ? HYDRA_OK : hydra_fail(HYDRA_ERR_NOMEM, "-sm tensor: a part's slab");
+    for (size_t l = 0; l < nl && st == HYDRA_OK; l++) {
+        n_slots[l] = split_slab_order(&t->slab, i, (int)l, ids + l * ne);
+        order[l] = ids + l * ne;
+    }
+    /* only the tables are read (gpu_hybrid.c's init_split): one row of step buffers */
+    const hybrid_config cfg = {.mode = HYBRID_CUDA, .order = order, .n_slots = n_slots, .max_rows = 1};
+    if (st == HYDRA_OK)
+        st = hybrid_init(init, view, &cfg);
+    free(ids);
+    free(n_slots);
+    free(order);
+    return st;
+}
+
+static hydra_status create_hybrid_part(gpu_tensor *t, gpu_session **part, int i, gpu_options *po)
+{
+    po->stream_prefill = false; /* a static slab without staging: gpu_hybrid_point_elsewhere */
+    po->admit_bytes_per_token = 0;
+    if (i != t->main)           /* no misses off the main part: its CPU pass has nothing to do */
+        po->cpu_threads = 1;
+    hybrid_state init = {0};
+    TRY_ST(part_slab_init(t, &t->view[i].w, i, &init));
+    po->slab_init = &init;
+    const hydra_status st = gpu_session_create(&part[i], &t->view[i].w, po);
+    hybrid_free(&init);
+    TRY_ST(st);
+    TRY_ST(alloc_zero(t, part[i], i));
+    return gpu_hybrid_point_elsewhere(part[i], &t->slab, i, t->zero[i]);
+}
+
 static hydra_status create_part(gpu_tensor *t, gpu_session **part, const split_plan *plan, int i,
                                 const model_weights *w, const gpu_options *o)
 {
-    TRY_ST(split_view_make(&t->view[i], w, plan, i, false));
+    TRY_ST(split_view_make(&t->view[i], w, plan, i, o->hybrid));
     gpu_options po = *o;
     po.split = (gpu_split){0};
     po.device = plan->part[i].device;
     po.layer0 = 0;
     po.layer1 = 0;
     po.tensor_part = true;
+    if (o->hybrid)
+        return create_hybrid_part(t, part, i, &po);
     TRY_ST(gpu_session_create(&part[i], &t->view[i].w, &po));
     return install_experts(t, part[i], i);
 }
@@ -133,9 +224,6 @@ hydra_status gpu_tensor_create(gpu_tensor **out, gpu_session **part, const split
                                const model_weights *w, const gpu_options *o)
 {
     *out = NULL;
-    if (o->hybrid)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor with --hybrid cuda: the per-device slabs of a tensor "
-                          "split are not built yet; use -sm layer");
     gpu_tensor *t = calloc(1, sizeof *t);
     if (t == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "-sm tensor");
@@ -145,7 +233,9 @@ hydra_status gpu_tensor_create(gpu_tensor **out, gpu_session **part, const split
         if (plan->part[i].head)
             t->main = i;
     }
-    hydra_status st = gpu_nccl_open(&t->nccl, t->n_part, t->device);
+    hydra_status st = o->hybrid ? plan_slab(t, plan, w, o) : HYDRA_OK;
+    if (st == HYDRA_OK)
+        st = gpu_nccl_open(&t->nccl, t->n_part, t->device);
     if (st == HYDRA_OK)
         st = open_p2p(t, w);
     for (int i = 0; i < plan->n_part && st == HYDRA_OK; i++)
@@ -184,6 +274,7 @@ void gpu_tensor_free(gpu_tensor *t, gpu_session **part)
     }
     gpu_p2p_close(t->p2p);
     gpu_nccl_close(t->nccl);
+    split_slab_free(&t->slab);
     free(t);
 }
 
@@ -324,8 +415,21 @@ hydra_status gpu_tensor_forward(gpu_tensor *t, gpu_session *const *part, const s
     for (int i = 0; i < t->n_part && st == HYDRA_OK; i++) {
         const gpuError_t e = gpuSetDevice(t->device[i]);
         st = e == gpuSuccess ? copy_step(part[i], pos0, tokens, n) : gpu_fail(e, "selecting a part's device");
+        if (st == HYDRA_OK && part[i]->hy != NULL) /* the tables uploaded before the step */
+            st = gpu_hybrid_begin_step(part[i], n);
     }
     if (st == HYDRA_OK)
         st = part[0]->o.graphs ? run_graphs(t, part, &sh) : enqueue_all(t, part, &sh);
-    return finish(t, part, n, all_rows, logits, st);
+    for (int i = 0; i < t->n_part && st == HYDRA_OK; i++)
+        if (part[i]->hy != NULL) { /* the expert counts back */
+            gpuSetDevice(t->device[i]);
+            st = gpu_hybrid_enqueue_tail(part[i]);
+        }
+    st = finish(t, part, n, all_rows, logits, st);
+    for (int i = 0; i < t->n_part && st == HYDRA_OK; i++)
+        if (part[i]->hy != NULL) {
+            gpuSetDevice(t->device[i]);
+            st = gpu_hybrid_end_step(part[i]);
+        }
+    return st;
 }
