@@ -279,7 +279,10 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 }
 
 /* Sums over parts; per-token counts (decode tokens) and quantiles are the
- * largest part's.  reset: reset every part's instead. */
+ * largest part's.  reset: reset every part's instead.  -sm tensor: the
+ * lookups and hits are the main part's (its misses are exactly the CPU
+ * pass's; another part's slab reads as a hit there, and every other part
+ * has none: gpu_tensor.c). */
 void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, bool reset)
 {
     const gpu_multi *m = g->multi;
@@ -293,8 +296,9 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
         out->engaged |= c.engaged;
         out->registered |= c.registered;
         out->decode_tokens = max_u64(out->decode_tokens, c.decode_tokens);
-        out->lookups += c.lookups;
-        out->hits += c.hits;
+        const bool routes = m->tensor == NULL || m->plan.part[i].head;
+        out->lookups += routes ? c.lookups : 0;
+        out->hits += routes ? c.hits : 0;
         out->resident += c.resident;
         out->slab_bytes += c.slab_bytes;
         out->h2d_bytes += c.h2d_bytes;
@@ -340,7 +344,9 @@ const struct hybrid_state *gpu_multi_split_state(const gpu_session *g)
     for (int i = 0; i < m->plan.n_part; i++) {
         const hybrid_state *st = gpu_hybrid_split_state(m->part[i]);
         const split_part *q = &m->plan.part[i];
-        const size_t n = (size_t)(q->layer1 - q->layer0);
+        /* -sm tensor: every part runs every layer; the main part's tables
+         * and counters say which routes the CPU computed */
+        const size_t n = m->tensor != NULL && !q->head ? 0 : (size_t)(q->layer1 - q->layer0);
         memcpy(&m->view_layer[q->layer0], &st->layer[q->layer0], sizeof *m->view_layer * n);
         m->view.stats.decode_tokens = max_u64(m->view.stats.decode_tokens, st->stats.decode_tokens);
         m->view.stats.h2d_bytes += st->stats.h2d_bytes;
