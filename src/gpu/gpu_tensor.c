@@ -180,8 +180,13 @@ static hydra_status create_hybrid_part(gpu_tensor *t, gpu_session **part, int i,
 {
     po->stream_prefill = false; /* a static slab without staging: gpu_hybrid_point_elsewhere */
     po->admit_bytes_per_token = 0;
-    if (i != t->main)           /* no misses off the main part: its CPU pass has nothing to do */
+    /* No misses off the main part: its CPU pass has nothing to do, but its
+     * flag thread spins during a step, so the main part's pool leaves it
+     * a core (the layer split's pools oversubscribed the host: MULTIGPU.md). */
+    if (i != t->main)
         po->cpu_threads = 1;
+    else if (po->cpu_threads > t->n_part)
+        po->cpu_threads -= t->n_part - 1;
     hybrid_state init = {0};
     TRY_ST(part_slab_init(t, &t->view[i].w, i, &init));
     po->slab_init = &init;
