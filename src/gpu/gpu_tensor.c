@@ -62,12 +62,16 @@ struct gpu_tensor {
 static const arch_role expert_roles[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN};
 enum { N_EXPERT_ROLES = sizeof expert_roles / sizeof expert_roles[0] };
 
-static size_t largest_expert(const model_weights *w)
+/* The largest expert matrix as uploaded (gw) or as a slab slot holds it
+ * (the mapping's bytes, hybrid). */
+static size_t largest_expert(const gpu_session *p)
 {
     size_t most = 0;
-    for (uint32_t l = 0; l < w->hp.n_layer; l++)
+    for (int l = 0; l < p->gw.n_layer; l++)
         for (int r = 0; r < N_EXPERT_ROLES; r++) {
-            const size_t b = w->layer[l].w[expert_roles[r]].mat_bytes;
+            const size_t up = gw_at(&p->gw, l, expert_roles[r])->mat_bytes;
+            const size_t host = p->w->layer[l].w[expert_roles[r]].mat_bytes;
+            const size_t b = up > host ? up : host;
             most = b > most ? b : most;
         }
     return most;
@@ -75,7 +79,7 @@ static size_t largest_expert(const model_weights *w)
 
 static hydra_status alloc_zero(gpu_tensor *t, const gpu_session *p, int i)
 {
-    t->zero_bytes = largest_expert(p->w);
+    t->zero_bytes = largest_expert(p);
     TRY_ST(gpu_mem_alloc(GPU_MEM_WEIGHTS, t->zero_bytes, &t->zero[i], "-sm tensor: zero expert"));
     TRY(gpuMemset(t->zero[i], 0, t->zero_bytes), "-sm tensor: zeroing the zero expert");
     return HYDRA_OK;
