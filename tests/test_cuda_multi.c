@@ -301,12 +301,13 @@ TEST(cuda_multi_close_returns_memory)
 {
     REQUIRE_TWO_GPUS();
     uint64_t start[2] = {0}, total = 0;
-    for (int cycle = 0; cycle <= 5; cycle++) {
+    for (int cycle = 0; cycle <= 7; cycle++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
         CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
-        const hydra_split_mode mode = cycle % 3 == 2 ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER; /* layer, hybrid, tensor */
-        const split_cfg c = {mode, {0, 0}, 0, cycle % 3 == 1, "split", false, 0};
+        /* layer, layer hybrid, tensor, tensor hybrid */
+        const hydra_split_mode mode = cycle % 4 >= 2 ? HYDRA_SPLIT_TENSOR : HYDRA_SPLIT_LAYER;
+        const split_cfg c = {mode, {0, 0}, 0, cycle % 2 == 1, "split", false, 0};
         CHECK_OK(open_session(m, &c, &s));
         const int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
         CHECK_OK(hydra_session_eval(s, prompt, 12, NULL));
@@ -317,7 +318,7 @@ TEST(cuda_multi_close_returns_memory)
         for (int d = 0; d < 2; d++) {
             uint64_t free_now = 0;
             CHECK_OK(gpu_mem_device_of(d, &free_now, &total));
-            if (cycle <= 2) /* after a cycle of each kind: the kernels' modules (and NCCL) are loaded */
+            if (cycle <= 3) /* after a cycle of each kind: the kernels' modules (and NCCL) are loaded */
                 start[d] = free_now;
             else if (free_now < start[d])
                 FAIL("cycle %d: device %d free memory %llu, after the first cycle %llu", cycle, d,
