@@ -158,6 +158,7 @@ typedef struct split_slab_input {
 typedef struct split_slab {
     int n_part, n_layer, n_expert, main;
     uint64_t budget[SPLIT_MAX_DEV]; /* per part: slab bytes, avail - need */
+    int exp0[SPLIT_MAX_DEV], exp1[SPLIT_MAX_DEV]; /* per part: the experts it owns, the plan's */
     int32_t *n_slots;               /* n_part x n_layer */
     int16_t *holder;                /* n_layer x n_expert: the part whose slab holds it; -1: none (CPU), -2: dense layer */
 } split_slab;
@@ -170,6 +171,13 @@ void split_slab_free(split_slab *s); /* zeroes; safe on a zeroed one */
 
 /* What part does with expert e of layer l (dense layers: ELSEWHERE). */
 split_slab_role split_slab_role_of(const split_slab *s, int part, int l, int e);
+
+/* Part's slab now holds (held) or no longer holds expert e of layer l,
+ * one of its own (an admission or an eviction of its hybrid session,
+ * gpu_hybrid_table.c): the expert's computer becomes that part, or the
+ * main part's CPU pass.  Dense layers and experts outside the part's
+ * range are left as they are. */
+void split_slab_hold(split_slab *s, int part, int l, int e, bool held);
 
 /* Part's expert ids of layer l for hybrid_config.order: the experts of its
  * slab first, then the rest, each ascending; returns the slab's

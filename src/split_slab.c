@@ -87,6 +87,8 @@ static hydra_status make_parts(split_slab *s, const split_slab_input *in)
     for (int i = 0; i < s->n_part && st == HYDRA_OK; i++) {
         const split_part *q = &in->plan->part[i];
         s->budget[i] = q->avail > q->need ? q->avail - q->need : 0;
+        s->exp0[i] = q->exp0;
+        s->exp1[i] = q->exp1;
         s->main = q->head ? i : s->main;
         int32_t *n_slots = s->n_slots + (size_t)i * (size_t)s->n_layer;
         if (in->fraction >= 0.0)
@@ -140,6 +142,14 @@ split_slab_role split_slab_role_of(const split_slab *s, int part, int l, int e)
     if (holder == part)
         return SPLIT_SLAB_HERE;
     return holder == HOLDER_CPU && part == s->main ? SPLIT_SLAB_CPU : SPLIT_SLAB_ELSEWHERE;
+}
+
+void split_slab_hold(split_slab *s, int part, int l, int e, bool held)
+{
+    int16_t *holder = &s->holder[(size_t)l * (size_t)s->n_expert + (size_t)e];
+    if (*holder == HOLDER_DENSE || e < s->exp0[part] || e >= s->exp1[part])
+        return;
+    *holder = held ? (int16_t)part : (int16_t)HOLDER_CPU;
 }
 
 int32_t split_slab_order(const split_slab *s, int part, int l, int32_t *ids)

@@ -183,3 +183,40 @@ TEST(split_slab_rejects_bad_input)
     CHECK(strstr(hydra_last_error(), "layer 0's expert order") != NULL);
     CHECK(s.holder == NULL && s.n_slots == NULL);
 }
+
+/* Admissions and evictions of a part (split_slab_hold): one MoE layer,
+ * part 0 (experts 0-3, 150 bytes: slot for expert 0) admits 3 and
+ * evicts 0, part 1 (main, 4-7, 350 bytes: 4, 5, 6) evicts 4; each change moves exactly one
+ * expert between a slab and the main part's CPU pass, every expert still
+ * computed once; a part cannot take another's expert, nor a dense layer's. */
+TEST(split_slab_hold_moves_one_computer)
+{
+    split_plan plan = {.mode = SPLIT_TENSOR, .n_part = 2};
+    plan.part[0] = (split_part){.device = 0, .exp0 = 0, .exp1 = 4, .avail = 1000, .need = 850};
+    plan.part[1] = (split_part){.device = 1, .exp0 = 4, .exp1 = 8, .avail = 1000, .need = 650, .head = true};
+    const uint64_t bytes[2] = {100, 0};
+    const split_slab_input in = {.plan = &plan, .n_layer = 2, .n_expert = 8, .expert_bytes = bytes, .fraction = -1};
+    split_slab s;
+    CHECK_OK(split_slab_make(&s, &in));
+    CHECK_EQ_INT(s.exp0[1], 4);
+    CHECK_EQ_INT(s.exp1[1], 8);
+    CHECK_EQ_INT(split_slab_role_of(&s, 1, 0, 3), SPLIT_SLAB_CPU);
+    split_slab_hold(&s, 0, 0, 3, true);
+    CHECK_EQ_INT(split_slab_role_of(&s, 0, 0, 3), SPLIT_SLAB_HERE);
+    CHECK_EQ_INT(split_slab_role_of(&s, 1, 0, 3), SPLIT_SLAB_ELSEWHERE);
+    split_slab_hold(&s, 0, 0, 0, false);
+    CHECK_EQ_INT(split_slab_role_of(&s, 0, 0, 0), SPLIT_SLAB_ELSEWHERE);
+    CHECK_EQ_INT(split_slab_role_of(&s, 1, 0, 0), SPLIT_SLAB_CPU);
+    CHECK_EQ_INT(split_slab_role_of(&s, 1, 0, 4), SPLIT_SLAB_HERE);
+    split_slab_hold(&s, 1, 0, 4, false);
+    CHECK_EQ_INT(split_slab_role_of(&s, 1, 0, 4), SPLIT_SLAB_CPU);
+    split_slab_hold(&s, 0, 0, 5, true); /* not part 0's: unchanged */
+    CHECK_EQ_INT(split_slab_role_of(&s, 0, 0, 5), SPLIT_SLAB_ELSEWHERE);
+    split_slab_hold(&s, 0, 1, 1, true); /* dense layer: nobody */
+    CHECK_EQ_INT(split_slab_role_of(&s, 0, 1, 1), SPLIT_SLAB_ELSEWHERE);
+    for (int e = 0; e < 8; e++) {
+        CHECK_EQ_INT(computed_by(&s, 0, e), 1);
+        CHECK_EQ_INT(computed_by(&s, 1, e), 0);
+    }
+    split_slab_free(&s);
+}
