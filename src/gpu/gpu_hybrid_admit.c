@@ -33,13 +33,14 @@ hydra_status hy_install_landed(gpu_hybrid *hy)
     return HYDRA_OK;
 }
 
-/* No table entry may point at a slot whose copy is in flight. */
+/* No table entry may point at a slot whose copy is in flight (an expert
+ * computed elsewhere, -sm tensor, reads slot 0 but no slot's memory). */
 void hy_check_in_flight(gpu_hybrid *hy)
 {
     for (int i = 0; i < hy->n_pending; i++) {
         const int32_t *slot_of = tab_slot_of(hy->h.tab, hy, hy->pending[i].layer);
         for (int e = 0; e < hy->n_expert; e++)
-            if (slot_of[e] == hy->pending[i].slot)
+            if (slot_of[e] == hy->pending[i].slot && !hy_elsewhere(hy, hy->pending[i].layer, e))
                 hy->c.unsafe_replays++;
     }
 }
@@ -68,14 +69,15 @@ void hy_update_scores(gpu_hybrid *hy)
 
 /* The best non-resident expert of layer l and the slot it would take (an
  * empty one, else the resident expert of lowest score), if it wins by the
- * margin; experts and slots already moving are not choices. */
+ * margin; experts and slots already moving are not choices, nor, on a
+ * part of a tensor split, the experts of other parts. */
 static bool pick(const gpu_hybrid *hy, int l, int *cand, int *slot)
 {
     const hybrid_layer *L = &hy->st.layer[l];
     const float *sc = hy->score + (size_t)l * hy->n_expert;
     int best = -1, victim_slot = -1;
     for (int e = 0; e < hy->n_expert; e++)
-        if (L->slot_of[e] < 0 && (best < 0 || sc[e] > sc[best]) && !moving_expert(hy, l)[e])
+        if (L->slot_of[e] < 0 && (best < 0 || sc[e] > sc[best]) && !moving_expert(hy, l)[e] && hy_owns(hy, e))
             best = e;
     float victim_score = 0.0f;
     for (int s = 0; s < L->n_slots; s++) {

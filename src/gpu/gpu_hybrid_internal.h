@@ -159,6 +159,17 @@ struct gpu_hybrid {
     int n_pending;
     int rr;                  /* layer the next admission round starts at */
 
+    /* -sm tensor (gpu_hybrid_join_tensor): the split's slab plan, shared
+     * by the parts and kept current by their admissions and evictions;
+     * this part's index, the zeroed matrix that an expert computed
+     * elsewhere reads, and the main part's hybrid state, whose row of an
+     * expert of this part changes role with this part's slab.  NULL ts:
+     * not a part of a tensor split. */
+    struct split_slab *ts;
+    int ts_part;
+    const uint8_t *ts_zero;
+    gpu_hybrid *ts_main;
+
     hybrid_cpus cpus;        /* where o.cpu_pin puts the CPU pass's threads */
     pthread_t spinner;       /* flag hand-off: the CPU side */
     bool spinner_started;
@@ -223,6 +234,8 @@ void hy_unpin_all(gpu_hybrid *hy);
 
 /* gpu_hybrid_table.c */
 void hy_mirror_expert(gpu_hybrid *hy, int l, int e);
+bool hy_owns(const gpu_hybrid *hy, int e);
+bool hy_elsewhere(const gpu_hybrid *hy, int l, int e);
 void hy_count_h2d(gpu_hybrid *hy, uint64_t bytes);
 hydra_status hy_upload_tables(gpu_hybrid *hy, gpuStream_t s);
 

@@ -196,10 +196,14 @@ hydra_status gpu_hybrid_experts(gpu_session *g, int l, int n, const gk_norm_out 
 hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n);
 hydra_status gpu_hybrid_enqueue_tail(gpu_session *g);
 hydra_status gpu_hybrid_end_step(gpu_session *g);
-/* -sm tensor: the experts split_slab_role_of calls ELSEWHERE for part are
- * read at the zeroed matrix zero (gpu_hybrid_table.c). */
+/* -sm tensor: g becomes part `part` of the split whose slab plan is s
+ * (kept current by the parts' admissions): the experts split_slab_role_of
+ * calls ELSEWHERE for it read the zeroed matrix zero, and its admissions
+ * and evictions of its own experts rewrite main_part's rows of them
+ * (gpu_hybrid_table.c).  Every part joins once all exist. */
 struct split_slab;
-hydra_status gpu_hybrid_point_elsewhere(gpu_session *g, const struct split_slab *s, int part, const uint8_t *zero);
+hydra_status gpu_hybrid_join_tensor(gpu_session *g, struct split_slab *s, int part, const uint8_t *zero,
+                                    gpu_session *main_part);
 
 /* --- multi-GPU (gpu_multi.c): a session over several devices, each part
  * a session of its own running a layer range (gpu_options.split). */

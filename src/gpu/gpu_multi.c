@@ -322,8 +322,8 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
         out->stale_stage_refs += c.stale_stage_refs;
         out->stream_min_tokens = c.stream_min_tokens > out->stream_min_tokens ? c.stream_min_tokens
                                                                               : out->stream_min_tokens;
-        if (i == 0 || c.stage_gbps < out->stage_gbps)
-            out->stage_gbps = c.stage_gbps;
+        if (c.stage_gbps > 0 && (out->stage_gbps == 0 || c.stage_gbps < out->stage_gbps))
+            out->stage_gbps = c.stage_gbps; /* -sm tensor: only the main part stages */
         out->cpu_expert_us = c.cpu_expert_us > out->cpu_expert_us ? c.cpu_expert_us : out->cpu_expert_us;
         out->cpu_route_us = c.cpu_route_us > out->cpu_route_us ? c.cpu_route_us : out->cpu_route_us;
     }

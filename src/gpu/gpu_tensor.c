@@ -182,8 +182,10 @@ static hydra_status part_slab_init(const gpu_tensor *t, const model_weights *vie
 
 static hydra_status create_hybrid_part(gpu_tensor *t, gpu_session **part, int i, gpu_options *po)
 {
-    po->stream_prefill = false; /* a static slab without staging: gpu_hybrid_point_elsewhere */
-    po->admit_bytes_per_token = 0;
+    /* Only the main part has misses, so only it streams them in prefill
+     * (its staged rows of experts computed elsewhere read the zero
+     * matrix, gpu_hybrid_join_tensor); each part admits its own experts. */
+    po->stream_prefill = po->stream_prefill && i == t->main;
     /* No misses off the main part: its CPU pass has nothing to do, but its
      * flag thread spins during a step, so the main part's pool leaves it
      * a core (the layer split's pools oversubscribed the host: MULTIGPU.md). */
@@ -197,8 +199,18 @@ static hydra_status create_hybrid_part(gpu_tensor *t, gpu_session **part, int i,
     const hydra_status st = gpu_session_create(&part[i], &t->view[i].w, po);
     hybrid_free(&init);
     TRY_ST(st);
-    TRY_ST(alloc_zero(t, part[i], i));
-    return gpu_hybrid_point_elsewhere(part[i], &t->slab, i, t->zero[i]);
+    return alloc_zero(t, part[i], i);
+}
+
+/* Every part joins the split's slab plan once all exist (a part's
+ * admissions rewrite the main part's rows). */
+static hydra_status join_hybrid_parts(gpu_tensor *t, gpu_session **part)
+{
+    for (int i = 0; i < t->n_part; i++) {
+        TRY(gpuSetDevice(t->device[i]), "selecting a part's device");
+        TRY_ST(gpu_hybrid_join_tensor(part[i], &t->slab, i, t->zero[i], part[t->main]));
+    }
+    return HYDRA_OK;
 }
 
 static hydra_status create_part(gpu_tensor *t, gpu_session **part, const split_plan *plan, int i,
@@ -249,6 +261,8 @@ hydra_status gpu_tensor_create(gpu_tensor **out, gpu_session **part, const split
         st = open_p2p(t, w);
     for (int i = 0; i < plan->n_part && st == HYDRA_OK; i++)
         st = create_part(t, part, plan, i, w, o);
+    if (st == HYDRA_OK && o->hybrid)
+        st = join_hybrid_parts(t, part);
     if (st != HYDRA_OK) {
         gpu_tensor_free(t, part);
         return st;
@@ -424,7 +438,14 @@ hydra_status gpu_tensor_forward(gpu_tensor *t, gpu_session *const *part, const s
     for (int i = 0; i < t->n_part && st == HYDRA_OK; i++) {
         const gpuError_t e = gpuSetDevice(t->device[i]);
         st = e == gpuSuccess ? copy_step(part[i], pos0, tokens, n) : gpu_fail(e, "selecting a part's device");
-        if (st == HYDRA_OK && part[i]->hy != NULL) /* the tables uploaded before the step */
+    }
+    /* the tables uploaded before the step; the main part's last, since the
+     * other parts' landed admissions rewrite its rows (gpu_hybrid_join_tensor) */
+    for (int k = 1; k <= t->n_part && st == HYDRA_OK; k++) {
+        const int i = (t->main + k) % t->n_part;
+        const gpuError_t e = part[i]->hy != NULL ? gpuSetDevice(t->device[i]) : gpuSuccess;
+        st = e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "selecting a part's device");
+        if (st == HYDRA_OK && part[i]->hy != NULL)
             st = gpu_hybrid_begin_step(part[i], n);
     }
     if (st == HYDRA_OK)
