@@ -103,6 +103,10 @@ typedef struct gpu_options {
     /* A tensor split's part (gpu_tensor.c): its sublayers end in partial
      * sums, so the MoE combine does not norm the next layer's input. */
     bool tensor_part;
+    /* Hybrid: [pin_exp0, pin_exp1) the experts whose bytes the pinned copy
+     * of the stacks covers (a tensor part other than the main one admits
+     * only its own and has no misses); both 0: every expert. */
+    int pin_exp0, pin_exp1;
 } gpu_options;
 
 hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const gpu_options *o);

@@ -56,8 +56,9 @@ void hy_unpin_all(gpu_hybrid *hy)
     hy->registered = false;
 }
 
-/* Page-aligned ranges covering every expert stack, merged where they touch
- * (two stacks may share a page). */
+/* Page-aligned ranges covering every expert stack (or its experts
+ * [pin_exp0, pin_exp1)), merged where they touch (two stacks may share a
+ * page). */
 static int collect_regions(gpu_hybrid *hy, hy_region *r)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -67,8 +68,10 @@ static int collect_regions(gpu_hybrid *hy, hy_region *r)
             const wtensor *t = &hy->w->layer[l].w[part_role[p]];
             if (t->data == NULL || !is_moe(hy, l))
                 continue;
-            const uintptr_t a = (uintptr_t)t->data / page * page;
-            const uintptr_t b = ((uintptr_t)t->data + t->mat_bytes * (size_t)t->ne[2] + page - 1) / page * page;
+            const bool some = hy->o.pin_exp1 > hy->o.pin_exp0 && hy->o.pin_exp1 <= (int)t->ne[2];
+            const size_t e0 = some ? (size_t)hy->o.pin_exp0 : 0, e1 = some ? (size_t)hy->o.pin_exp1 : (size_t)t->ne[2];
+            const uintptr_t a = ((uintptr_t)t->data + t->mat_bytes * e0) / page * page;
+            const uintptr_t b = ((uintptr_t)t->data + t->mat_bytes * e1 + page - 1) / page * page;
             r[n++] = (hy_region){(uint8_t *)a, NULL, NULL, b - a};
         }
     qsort(r, (size_t)n, sizeof *r, cmp_region);

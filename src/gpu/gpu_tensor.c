@@ -186,6 +186,10 @@ static hydra_status create_hybrid_part(gpu_tensor *t, gpu_session **part, int i,
      * (its staged rows of experts computed elsewhere read the zero
      * matrix, gpu_hybrid_join_tensor); each part admits its own experts. */
     po->stream_prefill = po->stream_prefill && i == t->main;
+    if (i != t->main) { /* its pinned copy: its own experts, the only ones it copies */
+        po->pin_exp0 = t->view[i].exp0;
+        po->pin_exp1 = t->view[i].exp1;
+    }
     /* No misses off the main part: its CPU pass has nothing to do, but its
      * flag thread spins during a step, so the main part's pool leaves it
      * a core (the layer split's pools oversubscribed the host: MULTIGPU.md). */
