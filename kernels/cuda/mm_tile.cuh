@@ -7,7 +7,7 @@
  * Grouped launches (experts): a tile of gk_moe_group holds up to
  * GK_TILE_TOK slots of one expert; a kernel with BN < GK_TILE_TOK takes a
  * tile in GK_TILE_TOK / BN grid rows, y / parts the tile and y % parts
- * the part (one part when BN >= GK_TILE_TOK).
+ * the part.
  */
 #ifndef HYDRA_CUDA_MM_TILE_CUH
 #define HYDRA_CUDA_MM_TILE_CUH
@@ -21,19 +21,14 @@ struct mm_tile {
     int count;  /* valid activation rows */
 };
 
-/* Grid rows per gk_moe_group tile. */
-template <int BN> struct mm_parts {
-    static_assert(BN >= GK_TILE_TOK || GK_TILE_TOK % BN == 0, "a grouped tile splits into whole parts");
-    enum { n = BN >= GK_TILE_TOK ? 1 : GK_TILE_TOK / BN };
-};
-
 /* Fills act_row / out_row (-1 beyond the tile) and returns the matrix; a
  * block past the last tile gets count 0. */
 template <int BN>
 static inline __device__ mm_tile mm_setup(const gk_mat &w, int n_tok, const gk_route *routes, const gk_groups &g,
                                           bool grouped, bool gather, int64_t *act_row, int64_t *out_row)
 {
-    enum { PARTS = mm_parts<BN>::n };
+    static_assert(GK_TILE_TOK % BN == 0, "a grouped tile splits into whole parts");
+    enum { PARTS = GK_TILE_TOK / BN };
     mm_tile t;
     int first;
     if (grouped) {
@@ -68,7 +63,7 @@ static inline __device__ mm_tile mm_setup(const gk_mat &w, int n_tok, const gk_r
  * tiles in parts. */
 template <int BN> static inline unsigned mm_grid_rows(int n_tok, const gk_groups *g, bool grouped)
 {
-    return grouped ? (unsigned)g->max_tiles * mm_parts<BN>::n : (unsigned)((n_tok + BN - 1) / BN);
+    return grouped ? (unsigned)g->max_tiles * (GK_TILE_TOK / BN) : (unsigned)((n_tok + BN - 1) / BN);
 }
 
 static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row, float v)

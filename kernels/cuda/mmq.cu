@@ -11,9 +11,8 @@
  * and with the scales folded into the weights the inner loop is tensor-core
  * products alone (no per-chunk scale arithmetic).
  *
- * A block computes C::BM weight rows x C::BN activation rows (mq_cfg: the
- * narrow tile, or for large dense launches the wide one), MQ_KS values a
- * step.  The weight rows' raw blocks of the next step (coalesced 16-byte
+ * A block computes MQ_BM weight rows x MQ_BN activation rows, MQ_KS values
+ * a step.  The weight rows' raw blocks of the next step (coalesced 16-byte
  * pieces, asked of L2 MQ_AHEAD steps before) and its activation tile (two
  * buffers) are copied to shared memory asynchronously (cp.async) while the
  * warps multiply the current step's tiles; at the top of a step every
@@ -22,7 +21,7 @@
  * scattered requests per load instruction, on the critical path).  Each
  * warp multiplies its 16 weight rows by the tile's activation rows, 8 at a
  * time, skipping the groups of 8 past the tile's valid rows (a grouped tile
- * holds one expert's slots, often fewer than C::BN).
+ * holds one expert's slots, often fewer than MQ_BN).
  *
  * The experts' gate and up matrices (a GLU pair) run as one launch with
  * two weight tiles over each activation tile, writing silu(gate) * up: the
@@ -32,54 +31,40 @@
 #include "mm_tile.cuh"
 #include "mma.cuh"
 
-enum { MQ_KS = 64, MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_AHEAD = 2 };
+enum { MQ_BM = 64, MQ_BN = 64, MQ_KS = 64, MQ_THREADS = 128 };
+enum { MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_GROUPS = MQ_BN / 8, MQ_AHEAD = 2 };
 
 /* MQ_LD: a row of MQ_KS halves plus 8, so a row is 36 words: the 8 rows a
  * fragment load reads start 4 banks apart and its 32 lanes hit 32 banks;
  * rows stay 16-byte aligned for the vector stores and cp.async. */
+static_assert(MQ_BM == 16 * (MQ_THREADS / GPU_WARP), "a warp owns 16 weight rows");
+static_assert(MQ_BM * MQ_CH == MQ_THREADS, "a thread decodes one weight chunk a step");
 static_assert((MQ_LD / 2) % 32 == 4, "fragment rows on distinct banks");
-
-/* A block's tile: BM weight rows, 16 per warp, each thread decoding one
- * chunk of them a step; BN activation rows in groups of 8. */
-template <int BM_, int BN_> struct mq_cfg {
-    enum { BM = BM_, BN = BN_, THREADS = BM / 16 * GPU_WARP, GROUPS = BN / 8 };
-    static_assert(BM * MQ_CH == THREADS, "a thread decodes one weight chunk a step");
-};
-
-/* The narrow tile serves the grouped launches (a gk_moe_group tile holds
- * at most GK_TILE_TOK = 64 slots, and the GLU pair's occupancy decides
- * their speed: docs/PERFORMANCE.md, session 5) and the small dense ones;
- * the wide tile decodes each weight chunk once per 128 tokens instead of
- * 64 and shares each activation tile among 128 rows (8 warps, 64
- * accumulators a thread, as the GLU pair's narrow tile). */
-typedef mq_cfg<64, 64> mq_narrow;
-typedef mq_cfg<128, 128> mq_wide;
 
 /* NM weight tiles (2: gate and up of a GLU pair), two activation buffers
  * (the staged raw bytes follow in dynamic shared memory). */
-template <class C, int NM> struct mq_smem {
-    half w[NM][C::BM * MQ_LD];
-    half a[2][C::BN * MQ_LD];
-    int64_t act_row[C::BN], out_row[C::BN];
+template <int NM> struct mq_smem {
+    half w[NM][MQ_BM * MQ_LD];
+    half a[2][MQ_BN * MQ_LD];
+    int64_t act_row[MQ_BN], out_row[MQ_BN];
 };
 
 /* Activation rows past the tile read as zeros (their outputs are never
  * stored; zeros keep the arithmetic finite). */
-template <class C, int NM> static inline __device__ void mq_zero_unused(mq_smem<C, NM> &sm, int count)
+template <int NM> static inline __device__ void mq_zero_unused(mq_smem<NM> &sm, int count)
 {
     for (int b = 0; b < 2; b++)
-        for (int i = threadIdx.x; i < (C::BN - count) * (MQ_LD / 8); i += C::THREADS)
+        for (int i = threadIdx.x; i < (MQ_BN - count) * (MQ_LD / 8); i += MQ_THREADS)
             ((int4 *)(sm.a[b] + count * MQ_LD))[i] = make_int4(0, 0, 0, 0);
 }
 
 /* Starts the copies of the valid activation rows' values k0 .. k0 + MQ_KS
  * (one commit group). */
-template <class C>
 static inline __device__ void mq_load_act(half *t, const uint16_t *xh, const int64_t *act_row, int64_t n, int count,
                                           int64_t k0)
 {
     enum { PIECES = MQ_KS / 8 };
-    for (int i = threadIdx.x; i < count * PIECES; i += C::THREADS) {
+    for (int i = threadIdx.x; i < count * PIECES; i += MQ_THREADS) {
         const int r = i / PIECES, p = i % PIECES;
         cp_async16(t + r * MQ_LD + 8 * p, xh + act_row[r] * n + k0 + 8 * p);
     }
@@ -127,11 +112,11 @@ static inline __device__ const uint8_t *mq_first_block(const gk_mat &w, const ui
 
 /* Starts the copies of the raw blocks of every valid weight row for the
  * step from chunk c0 (no commit: they join the activation tile's group). */
-template <int T, class C>
+template <int T>
 static inline __device__ void mq_stage_raw(uint8_t *raw, const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
 {
     enum { LD = mq_raw<T>::ld, PIECES = LD / 16 };
-    for (int i = threadIdx.x; i < C::BM * PIECES; i += C::THREADS) {
+    for (int i = threadIdx.x; i < MQ_BM * PIECES; i += MQ_THREADS) {
         const int r = i / PIECES, p = i % PIECES;
         if (row0 + r >= w.n_rows)
             continue;
@@ -197,9 +182,9 @@ static inline __device__ int mq_ld32(const half *p)
 
 /* This warp's 16 rows of each weight tile times the activation buffer's
  * first n_groups groups of 8 rows, over the step's MQ_KS values. */
-template <class C, int NM>
-static inline __device__ void mq_multiply(const mq_smem<C, NM> &sm, const half *act, int n_groups,
-                                          float acc[NM][C::GROUPS][4])
+template <int NM>
+static inline __device__ void mq_multiply(const mq_smem<NM> &sm, const half *act, int n_groups,
+                                          float acc[NM][MQ_GROUPS][4])
 {
     const int lane = threadIdx.x % GPU_WARP, g = lane / 4, t = lane % 4;
     const int ra = 16 * ((int)threadIdx.x / GPU_WARP) + g;
@@ -215,7 +200,7 @@ static inline __device__ void mq_multiply(const mq_smem<C, NM> &sm, const half *
             a[m][3] = mq_ld32(pa + 8 * MQ_LD + 8);
         }
 #pragma unroll
-        for (int j = 0; j < C::GROUPS; j++) {
+        for (int j = 0; j < MQ_GROUPS; j++) {
             if (j >= n_groups)
                 break;
             const half *pb = act + (8 * j + g) * MQ_LD + kk + 2 * t;
@@ -229,31 +214,31 @@ static inline __device__ void mq_multiply(const mq_smem<C, NM> &sm, const half *
 
 /* NM == 2: w2 is the up matrix of a GLU pair (same type and shape as w),
  * and the output is silu(W . x) * (W2 . x), as gk_glu_act's plain SwiGLU. */
-template <int T, int NM, class C>
-__global__ void __launch_bounds__(C::THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act x, int n_tok, gk_out out,
+template <int T, int NM>
+__global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act x, int n_tok, gk_out out,
                                                     const gk_route *routes, gk_groups g, bool grouped, bool gather)
 {
     gpu_pdl_wait();
     extern __shared__ __align__(16) uint8_t mq_dyn[];
-    mq_smem<C, NM> &sm = *reinterpret_cast<mq_smem<C, NM> *>(mq_dyn);
-    uint8_t *raw = mq_dyn + sizeof(mq_smem<C, NM>); /* NM x C::BM rows of mq_raw<T>::ld bytes */
-    enum { RAW_BYTES = C::BM * mq_raw<T>::ld };
-    const mm_tile tile = mm_setup<C::BN>(w, n_tok, routes, g, grouped, gather, sm.act_row, sm.out_row);
+    mq_smem<NM> &sm = *reinterpret_cast<mq_smem<NM> *>(mq_dyn);
+    uint8_t *raw = mq_dyn + sizeof(mq_smem<NM>); /* NM x MQ_BM rows of mq_raw<T>::ld bytes */
+    enum { RAW_BYTES = MQ_BM * mq_raw<T>::ld };
+    const mm_tile tile = mm_setup<MQ_BN>(w, n_tok, routes, g, grouped, gather, sm.act_row, sm.out_row);
     if (tile.count <= 0)
         return;
     const uint8_t *base[2] = {tile.w, NM == 1 ? NULL : tile.expert >= 0 ? expert_matrix(w2, tile.expert) : w2.data};
     mq_zero_unused(sm, tile.count);
     __syncthreads();
-    const int64_t row0 = (int64_t)blockIdx.x * C::BM;
+    const int64_t row0 = (int64_t)blockIdx.x * MQ_BM;
     const int n_groups = (tile.count + 7) / 8, n_steps = (int)(w.n_cols / MQ_KS);
-    float acc[NM][C::GROUPS][4] = {};
+    float acc[NM][MQ_GROUPS][4] = {};
 #pragma unroll
     for (int m = 0; m < NM; m++) {
         for (int s = 1; s <= MQ_AHEAD; s++)
             mq_prefetch<T>(w, base[m], row0, s * MQ_CH);
-        mq_stage_raw<T, C>(raw + m * RAW_BYTES, w, base[m], row0, 0);
+        mq_stage_raw<T>(raw + m * RAW_BYTES, w, base[m], row0, 0);
     }
-    mq_load_act<C>(sm.a[0], x.h, sm.act_row, x.n, tile.count, 0);
+    mq_load_act(sm.a[0], x.h, sm.act_row, x.n, tile.count, 0);
     cp_async_wait_all();
     __syncthreads();
     for (int s = 0; s < n_steps; s++) {
@@ -266,17 +251,17 @@ __global__ void __launch_bounds__(C::THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
         if (s + 1 < n_steps) { /* the next step's bytes fly during this step's products */
 #pragma unroll
             for (int m = 0; m < NM; m++)
-                mq_stage_raw<T, C>(raw + m * RAW_BYTES, w, base[m], row0, (s + 1) * MQ_CH);
-            mq_load_act<C>(sm.a[(s + 1) % 2], x.h, sm.act_row, x.n, tile.count, (int64_t)(s + 1) * MQ_KS);
+                mq_stage_raw<T>(raw + m * RAW_BYTES, w, base[m], row0, (s + 1) * MQ_CH);
+            mq_load_act(sm.a[(s + 1) % 2], x.h, sm.act_row, x.n, tile.count, (int64_t)(s + 1) * MQ_KS);
         }
-        mq_multiply<C, NM>(sm, sm.a[s % 2], n_groups, acc);
+        mq_multiply<NM>(sm, sm.a[s % 2], n_groups, acc);
         cp_async_wait_all();
         __syncthreads();
     }
     const int lane = threadIdx.x % GPU_WARP;
     const int64_t r = row0 + 16 * ((int)threadIdx.x / GPU_WARP) + lane / 4;
 #pragma unroll
-    for (int j = 0; j < C::GROUPS; j++)
+    for (int j = 0; j < MQ_GROUPS; j++)
         for (int e = 0; e < 4; e++) {
             const int n = 8 * j + 2 * (lane % 4) + (e & 1);
             const int64_t re = r + 8 * (e / 2);
@@ -287,45 +272,25 @@ __global__ void __launch_bounds__(C::THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
 
 /* Shared memory of a block: the tiles and NM weight rows' staged bytes
  * (over the 48 KiB a block gets unless its limit is raised). */
-template <int T, int NM, class C>
-static int mmq_go(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
-                  const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+template <int T, int NM>
+static int mmq_go(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
+                  const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
-    const dim3 grid((unsigned)((w->n_rows + C::BM - 1) / C::BM), mm_grid_rows<C::BN>(n_tok, g, grouped));
-    if (grid.x == 0 || grid.y == 0)
-        return 0;
-    const size_t smem = sizeof(mq_smem<C, NM>) + (size_t)NM * C::BM * mq_raw<T>::ld;
-    const int e = (int)gpu_allow_smem((const void *)k_mmq<T, NM, C>, (int)smem);
+    const size_t smem = sizeof(mq_smem<NM>) + (size_t)NM * MQ_BM * mq_raw<T>::ld;
+    const int e = (int)gpu_allow_smem((const void *)k_mmq<T, NM>, (int)smem);
     if (e != 0)
         return e;
-    return gk_launch(k_mmq<T, NM, C>, grid, C::THREADS, smem, s, *w, NM == 1 ? *w : *w2, *x, n_tok, *out, routes,
-                     *g, grouped, gather);
-}
-
-/* A dense launch takes the wide tile when that still makes at least about
- * one block per multiprocessor (an H200 has 132): at 512 tokens the Q
- * projection (4096 rows: 128 wide blocks against 512 narrow ones), not the
- * K and V ones (512 rows: 16 against 64), whose few blocks would each
- * carry more of the same steps, nor the attention output (2048 rows: 64
- * against 256).  Either tile feeds each output the same fragments in the
- * same k order, so the choice should change no result. */
-enum { MQ_WIDE_MIN_BLOCKS = 128 };
-
-static bool mq_wide_pays(const gk_mat *w, int n_tok)
-{
-    const int64_t blocks = (w->n_rows + mq_wide::BM - 1) / mq_wide::BM * ((n_tok + mq_wide::BN - 1) / mq_wide::BN);
-    return blocks >= MQ_WIDE_MIN_BLOCKS;
+    return gk_launch(k_mmq<T, NM>, grid, MQ_THREADS, smem, s, *w, NM == 1 ? *w : *w2, *x, n_tok, *out, routes, *g,
+                     grouped, gather);
 }
 
 template <int T>
-static int mmq_start(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
-                     const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+static int mmq_start(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
+                     const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
-    if (w2 != NULL)
-        return mmq_go<T, 2, mq_narrow>(s, w, w2, x, n_tok, out, routes, g, grouped, gather);
-    if (!grouped && mq_wide_pays(w, n_tok))
-        return mmq_go<T, 1, mq_wide>(s, w, w2, x, n_tok, out, routes, g, grouped, gather);
-    return mmq_go<T, 1, mq_narrow>(s, w, w2, x, n_tok, out, routes, g, grouped, gather);
+    if (w2 == NULL)
+        return mmq_go<T, 1>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
+    return mmq_go<T, 2>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
 }
 
 int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
@@ -335,10 +300,13 @@ int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x
         (w2 != NULL && (w2->type != w->type || w2->n_rows != w->n_rows || w2->n_cols != w->n_cols ||
                         w2->row_bytes != w->row_bytes)))
         return (int)gpuErrorInvalidValue;
+    const dim3 grid((unsigned)((w->n_rows + MQ_BM - 1) / MQ_BM), mm_grid_rows<MQ_BN>(n_tok, g, grouped));
+    if (grid.x == 0 || grid.y == 0)
+        return 0;
     switch (w->type) {
 #define MQ_CASE_(T)                                                                                              \
     case T:                                                                                                      \
-        return mmq_start<T>(s, w, w2, x, n_tok, out, routes, g, grouped, gather);
+        return mmq_start<T>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
         GQ_FOR_EACH_QUANT(MQ_CASE_)
 #undef MQ_CASE_
     default:
