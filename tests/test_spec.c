@@ -18,15 +18,6 @@
 
 enum { N_GEN = 24 };
 
-static hydra_status open_model(const char *name, hydra_model **m)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s.gguf", test_shared_dir(), name);
-    hydra_model_params p = hydra_model_default_params();
-    p.path = path;
-    return hydra_model_open(m, &p);
-}
-
 static hydra_status make_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, hydra_session **s)
 {
     hydra_session_params p = hydra_session_default_params();
@@ -50,19 +41,9 @@ enum { N_PROMPT = sizeof prompt / sizeof prompt[0] };
 static hydra_status plain_greedy(const hydra_model *m, hydra_token *out)
 {
     hydra_session *s = NULL;
-    hydra_sampler *sm = NULL;
-    const hydra_sampler_params sp = greedy_params();
     hydra_status st = make_session(m, 256, 64, &s);
     if (st == HYDRA_OK)
-        st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
-    if (st == HYDRA_OK)
-        st = hydra_session_eval(s, prompt, N_PROMPT, NULL);
-    for (int i = 0; st == HYDRA_OK && i < N_GEN; i++) {
-        st = hydra_sampler_sample(sm, hydra_session_logits(s), &out[i]);
-        if (st == HYDRA_OK && i + 1 < N_GEN)
-            st = hydra_session_decode(s, out[i]);
-    }
-    hydra_sampler_free(sm);
+        st = util_greedy_decode(s, prompt, N_PROMPT, out, N_GEN);
     hydra_session_free(s);
     return st;
 }
@@ -108,8 +89,8 @@ static void greedy_matches(test_ctx *t_, const char *target, const char *draft, 
                           double *accept_rate)
 {
     hydra_model *tm = NULL, *dm = NULL;
-    CHECK_OK(open_model(target, &tm));
-    hydra_status st = open_model(draft, &dm);
+    CHECK_OK(util_open_shared_model(target, &tm));
+    hydra_status st = util_open_shared_model(draft, &dm);
     hydra_token want[N_GEN], got[N_GEN];
     spec_run r = {0};
     const hydra_sampler_params sp = greedy_params();
@@ -220,8 +201,8 @@ TEST(spec_sampling_first_token_follows_target_distribution)
     REQUIRE_SHARED();
     enum { N_RUNS = 3000, CAP = 64 };
     hydra_model *tm = NULL, *dm = NULL;
-    CHECK_OK(open_model("qwen3moe-kq-q4_k_m", &tm));
-    hydra_status st = open_model("qwen3moe-kq-iq2_xxs", &dm);
+    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &tm));
+    hydra_status st = util_open_shared_model("qwen3moe-kq-iq2_xxs", &dm);
     hydra_sampler_params sp = hydra_sampler_default_params();
     sp.temperature = 1.5f;
     sp.top_k = 8;
@@ -293,8 +274,8 @@ TEST(spec_sampling_first_token_follows_target_distribution)
 static void rollback_exact(test_ctx *t_, const char *target, const char *draft, int n_tokens)
 {
     hydra_model *tm = NULL, *dm = NULL;
-    CHECK_OK(open_model(target, &tm));
-    hydra_status st = open_model(draft, &dm);
+    CHECK_OK(util_open_shared_model(target, &tm));
+    hydra_status st = util_open_shared_model(draft, &dm);
     hydra_sampler_params sp = hydra_sampler_default_params();
     sp.seed = 7;
     sp.temperature = 1.5f;
@@ -363,7 +344,7 @@ TEST(spec_fixed_width_pads_and_counts_widths)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("qwen2moe-tiny-q8_0", &m));
+    CHECK_OK(util_open_shared_model("qwen2moe-tiny-q8_0", &m));
     const hydra_sampler_params sp = greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 6;
@@ -388,9 +369,9 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
 {
     REQUIRE_SHARED();
     hydra_model *a = NULL, *b = NULL, *c = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-f32", &a));
-    CHECK_OK(open_model("gptoss-tiny-f32", &b));
-    CHECK_OK(open_model("qwen3moe-tiny-q8_0", &c));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-f32", &a));
+    CHECK_OK(util_open_shared_model("gptoss-tiny-f32", &b));
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &c));
     const hydra_status mismatch = hydra_spec_check_vocab(a, b);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", hydra_last_error());
@@ -577,7 +558,7 @@ TEST(spec_deepseek2_nextn_blocks_are_left_out_of_the_main_pass)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(open_model("deepseek2-tiny-f32", &m));
+    CHECK_OK(util_open_shared_model("deepseek2-tiny-f32", &m));
     char with_mtp[512], without[512], all_mtp[512];
     snprintf(with_mtp, sizeof with_mtp, "%s", util_scratch_path("spec-ds2-nextn.gguf"));
     snprintf(without, sizeof without, "%s", util_scratch_path("spec-ds2-2blocks.gguf"));
@@ -608,8 +589,8 @@ TEST(spec_two_phase_step_equals_step)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL, *d = NULL;
-    CHECK_OK(open_model("mixtral-tiny-f16", &m));
-    hydra_status st = open_model("mixtral-tiny-q4_0", &d);
+    CHECK_OK(util_open_shared_model("mixtral-tiny-f16", &m));
+    hydra_status st = util_open_shared_model("mixtral-tiny-q4_0", &d);
     const hydra_sampler_params sp = greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 3;
@@ -667,8 +648,8 @@ TEST(spec_greedy_through_the_hybrid_cpu_split)
 {
     REQUIRE_SHARED();
     hydra_model *m = NULL, *d = NULL;
-    CHECK_OK(open_model("qwen3moe-tiny-f32", &m));
-    hydra_status st = open_model("qwen3moe-tiny-q8_0", &d);
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-f32", &m));
+    hydra_status st = util_open_shared_model("qwen3moe-tiny-q8_0", &d);
     hydra_token want[N_GEN], got[N_GEN];
     if (st == HYDRA_OK)
         st = plain_greedy(m, want);

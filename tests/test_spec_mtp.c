@@ -47,16 +47,7 @@ static hydra_status mtp_model(hydra_model **m)
             return st;
         }
     }
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
-}
-
-static hydra_status open_path(const char *path, hydra_model **m)
-{
-    hydra_model_params mp = hydra_model_default_params();
-    mp.path = path;
-    return hydra_model_open(m, &mp);
+    return util_open_model(path, m);
 }
 
 static hydra_status make_session_on(const hydra_model *m, uint32_t n_batch, hydra_backend backend, hydra_session **s)
@@ -98,19 +89,9 @@ static int32_t argmax(const float *x, int64_t n)
 static hydra_status plain_greedy(const hydra_model *m, hydra_backend backend, hydra_token *out)
 {
     hydra_session *s = NULL;
-    hydra_sampler *sm = NULL;
-    const hydra_sampler_params sp = greedy_params();
     hydra_status st = make_session_on(m, 64, backend, &s);
     if (st == HYDRA_OK)
-        st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
-    if (st == HYDRA_OK)
-        st = hydra_session_eval(s, prompt, N_PROMPT, NULL);
-    for (int i = 0; st == HYDRA_OK && i < N_GEN; i++) {
-        st = hydra_sampler_sample(sm, hydra_session_logits(s), &out[i]);
-        if (st == HYDRA_OK && i + 1 < N_GEN)
-            st = hydra_session_decode(s, out[i]);
-    }
-    hydra_sampler_free(sm);
+        st = util_greedy_decode(s, prompt, N_PROMPT, out, N_GEN);
     hydra_session_free(s);
     return st;
 }
@@ -362,7 +343,7 @@ static hydra_status run_block_model(const ref_ctx *r, const float *x_rows, int64
         ids[i] = (hydra_token)i;
     hydra_status st = write_block_model(r, path, x_rows, n_rows);
     if (st == HYDRA_OK)
-        st = open_path(path, &bm);
+        st = util_open_model(path, &bm);
     if (st == HYDRA_OK)
         st = make_session(bm, 64, &s);
     if (st == HYDRA_OK)
@@ -564,7 +545,7 @@ TEST(spec_mtp_refuses_a_misshaped_nextn_tensor)
     CHECK_OK(write_edited_mtp_model(path, halve_eh_proj));
     hydra_model *bad = NULL;
     hydra_session *s = NULL;
-    CHECK_OK(open_path(path, &bad));
+    CHECK_OK(util_open_model(path, &bad));
     const hydra_status refused = make_session(bad, 64, &s);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", hydra_last_error());
@@ -576,6 +557,25 @@ TEST(spec_mtp_refuses_a_misshaped_nextn_tensor)
     CHECK(strstr(msg, "expected {128, 64, 1}") != NULL);
 }
 
+/* A session of n_batch over m and an MTP drafter (greedy) on it, where
+ * the drafter is expected to be refused: the status, the error message in
+ * msg and in *made whether a drafter came back; both freed. */
+static hydra_status try_mtp_spec(const hydra_model *m, uint32_t n_batch, const hydra_spec_params *pp, char *msg,
+                                 size_t len, bool *made)
+{
+    hydra_session *s = NULL;
+    hydra_spec *spec = NULL;
+    const hydra_sampler_params sp = greedy_params();
+    hydra_status st = make_session(m, n_batch, &s);
+    if (st == HYDRA_OK)
+        st = hydra_spec_new(s, NULL, &sp, pp, &spec);
+    snprintf(msg, len, "%s", hydra_last_error());
+    *made = spec != NULL;
+    hydra_spec_free(spec);
+    hydra_session_free(s);
+    return st;
+}
+
 TEST(spec_mtp_needs_an_mtp_block)
 {
     synth_params p;
@@ -584,22 +584,15 @@ TEST(spec_mtp_needs_an_mtp_block)
     const char *path = util_scratch_path("spec-mtp-none.gguf");
     CHECK_OK(synth_write(path, &p));
     hydra_model *m = NULL;
-    hydra_session *s = NULL;
-    hydra_spec *spec = NULL;
-    CHECK_OK(open_path(path, &m));
-    const hydra_sampler_params sp = greedy_params();
+    CHECK_OK(util_open_model(path, &m));
     const hydra_spec_params pp = hydra_spec_default_params();
-    hydra_status st = make_session(m, 64, &s);
-    if (st == HYDRA_OK)
-        st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", hydra_last_error());
-    hydra_spec_free(spec);
-    hydra_session_free(s);
+    bool made = false;
+    hydra_status st = try_mtp_spec(m, 64, &pp, msg, sizeof msg, &made);
     hydra_model_close(m);
     CHECK_EQ_INT(st, HYDRA_ERR_UNSUPPORTED);
     CHECK(strstr(msg, "MTP") != NULL);
-    CHECK(spec == NULL);
+    CHECK(!made);
 }
 
 /* A verify pass longer than n_batch would be two steps, and the drafter
@@ -607,19 +600,12 @@ TEST(spec_mtp_needs_an_mtp_block)
 TEST(spec_mtp_needs_the_verify_pass_in_one_step)
 {
     hydra_model *m = NULL;
-    hydra_session *s = NULL;
-    hydra_spec *spec = NULL;
     CHECK_OK(mtp_model(&m));
-    const hydra_sampler_params sp = greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 8;
-    hydra_status st = make_session(m, 8, &s);
-    if (st == HYDRA_OK)
-        st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", hydra_last_error());
-    hydra_spec_free(spec);
-    hydra_session_free(s);
+    bool made = false;
+    hydra_status st = try_mtp_spec(m, 8, &pp, msg, sizeof msg, &made);
     hydra_model_close(m);
     CHECK_EQ_INT(st, HYDRA_ERR_INVALID_ARG);
     CHECK(strstr(msg, "n_batch 8") != NULL);
@@ -641,7 +627,7 @@ TEST(spec_mtp_keeps_every_draft_when_they_agree)
     const char *path = util_scratch_path("spec-mtp-agree.gguf");
     CHECK_OK(write_edited_mtp_model(path, zero_head_norms));
     hydra_model *agree = NULL;
-    CHECK_OK(open_path(path, &agree));
+    CHECK_OK(util_open_model(path, &agree));
     hydra_token want[N_GEN], got[N_GEN];
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 3;
@@ -741,7 +727,7 @@ TEST(cuda_spec_mtp_steady_state_captures_no_graph)
     CHECK_OK(write_edited_mtp_model(agree_path, zero_head_norms));
     hydra_model *models[2] = {NULL, NULL};
     CHECK_OK(mtp_model(&models[0]));
-    CHECK_OK(open_path(agree_path, &models[1]));
+    CHECK_OK(util_open_model(agree_path, &models[1]));
     const hydra_sampler_params sp = greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 3;

@@ -128,6 +128,24 @@ hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite)
     return st;
 }
 
+hydra_status util_greedy_decode(hydra_session *s, const hydra_token *prompt, size_t n_prompt, hydra_token *out,
+                                int n_out)
+{
+    hydra_sampler *sm = NULL;
+    hydra_sampler_params sp = hydra_sampler_default_params();
+    sp.temperature = 0;
+    hydra_status st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
+    if (st == HYDRA_OK)
+        st = hydra_session_eval(s, prompt, n_prompt, NULL);
+    for (int i = 0; st == HYDRA_OK && i < n_out; i++) {
+        st = hydra_sampler_sample(sm, hydra_session_logits(s), &out[i]);
+        if (st == HYDRA_OK && i + 1 < n_out)
+            st = hydra_session_decode(s, out[i]);
+    }
+    hydra_sampler_free(sm);
+    return st;
+}
+
 hydra_status util_open_shared_model(const char *name, hydra_model **m)
 {
     char path[512];

@@ -55,6 +55,12 @@ hydra_status util_open_synth(const struct synth_params *p, const char *name, hyd
  * logits after them into *nonfinite (untouched when the evaluation fails). */
 hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
 
+/* Plain greedy decoding on s (the sampler at temperature 0, ties broken as
+ * the decoders break them): evaluates prompt, then samples n_out tokens
+ * into out, decoding each but the last. */
+hydra_status util_greedy_decode(hydra_session *s, const hydra_token *prompt, size_t n_prompt, hydra_token *out,
+                                int n_out);
+
 /* "<shared>/models/NAME.gguf" into path; returns path. */
 const char *util_shared_model_path(const char *name, char *path, size_t len);
 
