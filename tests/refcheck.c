@@ -70,6 +70,18 @@ bool ref_load_with_logits(const char *name, ref_case *r, float **logits, char *w
     return true;
 }
 
+float *ref_read_quant_source(char *path, size_t len, size_t *size)
+{
+    snprintf(path, len, "%s/ref/dequant/dequant-f32.f32", test_shared_dir());
+    *size = 0;
+    float *src = (float *)util_read_file(path, size);
+    if (src != NULL && *size != REF_QUANT_SOURCE * sizeof(float)) {
+        free(src);
+        src = NULL;
+    }
+    return src;
+}
+
 int ref_argmax(const float *x, int n)
 {
     int best = 0;

@@ -40,6 +40,14 @@ const char *ref_logits_path(const char *name, char *path, size_t len);
  * saying which file could not be read into why, when either fails. */
 bool ref_load_with_logits(const char *name, ref_case *r, float **logits, char *why, size_t why_len);
 
+/* ../shared/ref/dequant/dequant-f32.f32, the quantisers' shared source:
+ * REF_QUANT_SOURCE floats, ffn_up's 8 rows of 512 (row 2 starts with 256
+ * zeros), then ffn_down_exps' 4 rows of 768.  Its path goes into path and
+ * the bytes read into *size; NULL if it cannot be read or has another
+ * size.  Free with free(). */
+enum { REF_QUANT_SOURCE = 7168 };
+float *ref_read_quant_source(char *path, size_t len, size_t *size);
+
 /* The first maximum of x[0, n): the reference's greedy and top-1 take it. */
 int ref_argmax(const float *x, int n);
 

@@ -19,6 +19,7 @@
  * Tolerance for float sums: 2e-6 * sum |w_i a_i| (test_simd.c's reasoning:
  * the integer parts are exact, only block-term roundings remain).
  */
+#include "refcheck.h"
 #include "test.h"
 #include "util.h"
 
@@ -369,16 +370,14 @@ TEST(iq_quantisers_within_llama_quantize_error_on_shared_source)
 {
     REQUIRE_SHARED();
     char path[1024];
-    snprintf(path, sizeof path, "%s/ref/dequant/dequant-f32.f32", test_shared_dir());
     size_t size = 0;
-    float *src = (float *)util_read_file(path, &size);
-    if (src == NULL || size != 7168 * sizeof(float))
+    float *src = ref_read_quant_source(path, sizeof path, &size);
+    if (src == NULL)
         FAIL("cannot read %s (%zu bytes)", path, size);
-    /* ffn_up: 8 rows of 512 (row 2 starts with 256 zeros), ffn_down_exps: 4 rows of 768 */
     for (int t = 0; t < N_IQ; t++) {
         double zero_out = 0.0;
         double se = round_trip_se(iq_types[t], src, 8, 512, &zero_out) + round_trip_se(iq_types[t], src + 4096, 4, 768, &zero_out);
-        double rmse = sqrt(se / 7168);
+        double rmse = sqrt(se / REF_QUANT_SOURCE);
         printf("  %-8s round-trip RMSE %.5f (llama-quantize with imatrix %.5f)\n", quant_traits_of(iq_types[t])->name,
                rmse, ggml_rmse[t]);
         if (!(rmse <= 1.1 * ggml_rmse[t]) || zero_out != 0.0) {

@@ -11,6 +11,7 @@
  *     even, d = amax / 127) and Q8_K's block sums are the sums of its quants;
  *   - all-zero blocks give exactly 0.
  */
+#include "refcheck.h"
 #include "test.h"
 #include "util.h"
 
@@ -260,18 +261,16 @@ TEST(quant_round_trip_on_shared_source_within_ggml_error)
 {
     REQUIRE_SHARED();
     char path[1024];
-    snprintf(path, sizeof path, "%s/ref/dequant/dequant-f32.f32", test_shared_dir());
     size_t size = 0;
-    float *src = (float *)util_read_file(path, &size);
-    if (src == NULL || size != 7168 * sizeof(float))
+    float *src = ref_read_quant_source(path, sizeof path, &size);
+    if (src == NULL)
         FAIL("cannot read %s (%zu bytes)", path, size);
-    /* ffn_up: 8 rows of 512 (row 2 starts with 256 zeros), then ffn_down_exps: 4 rows of 768 */
     for (int k = 0; k < N_RMSE; k++) {
         uint32_t t = type_by_name(ggml_rmse[k].type);
         double zero_out = 0;
         double se = pow(round_trip_rmse(t, src, 8, 512, &zero_out), 2) * 4096 +
                     pow(round_trip_rmse(t, src + 4096, 4, 768, &zero_out), 2) * 3072;
-        double rmse = sqrt(se / 7168);
+        double rmse = sqrt(se / REF_QUANT_SOURCE);
         if (!(rmse <= 1.1 * ggml_rmse[k].rmse) || zero_out != 0) {
             free(src);
             FAIL("%s: round-trip RMSE %.4g (ggml %.4g), largest output for a 0 input %.3g", ggml_rmse[k].type, rmse,
