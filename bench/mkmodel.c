@@ -7,6 +7,7 @@
  *   hydra-mkmodel -o mix.gguf --arch llama --experts 16 --type F16
  *   hydra-mkmodel -o bench.gguf --preset qwen3moe-bench      (Q4_K_M, 1.85 GiB)
  *   hydra-mkmodel -o 30b.gguf --preset qwen3-30b-a3b --type Q4_K_M --fast --router-skew 1
+ *   hydra-mkmodel -o mtp.gguf --preset deepseek2-mtp-tiny --zero-head-norms   (every draft kept)
  *
  * Exit status: 0 written, 1 the file could not be written, 2 bad arguments.
  */
@@ -56,6 +57,7 @@ typedef struct mk_opts {
     const char *u32_values[N_U32_OPTIONS]; /* NULL: keep the preset's */
     bool help;
     bool fast;
+    bool zero_head_norms;
 } mk_opts;
 
 static void usage(FILE *fp)
@@ -81,6 +83,8 @@ static void usage(FILE *fp)
                 "  --fast              weight rows copied from %d rows quantised once per tensor: random valid\n"
                 "                      blocks at disk speed, for benchmarks (not for accuracy)\n"
                 "  --router-skew S     Zipf-like expert popularity, exponent ~S (0 .. %g; default 0: uniform)\n"
+                "  --zero-head-norms   output_norm and the MTP blocks' shared_head_norm written as zeros: every\n"
+                "                      logit is 0, greedy picks token 0 and every MTP draft is kept\n"
                 "  -h, --help          this text\n\npresets:\n",
             SYNTH_FAST_POOL_ROWS, (double)SYNTH_MAX_ROUTER_SKEW);
     for (size_t i = 0; i < synth_preset_count(); i++)
@@ -116,16 +120,31 @@ static const char **value_slot(mk_opts *o, const char *flag)
     return NULL;
 }
 
+/* The switch a flag without a value sets, or NULL for none. */
+static bool *switch_slot(mk_opts *o, const char *flag)
+{
+    static const struct {
+        const char *flag;
+        size_t offset;
+    } switches[] = {
+        {"-h", offsetof(mk_opts, help)},
+        {"--help", offsetof(mk_opts, help)},
+        {"--fast", offsetof(mk_opts, fast)},
+        {"--zero-head-norms", offsetof(mk_opts, zero_head_norms)},
+    };
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
+        if (strcmp(flag, switches[i].flag) == 0)
+            return (bool *)((char *)o + switches[i].offset);
+    return NULL;
+}
+
 /* 0 when parsed; otherwise the exit status. */
 static int parse_args(int argc, char **argv, mk_opts *o)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            o->help = true;
-            continue;
-        }
-        if (strcmp(argv[i], "--fast") == 0) {
-            o->fast = true;
+        bool *on = switch_slot(o, argv[i]);
+        if (on != NULL) {
+            *on = true;
             continue;
         }
         const char **slot = value_slot(o, argv[i]);
@@ -206,6 +225,7 @@ static int build_params(const mk_opts *o, synth_params *p)
     if (o->router_skew && !parse_skew(o->router_skew, &p->router_skew))
         return bad_arg("--router-skew needs a number from 0 to 8, not '%s'", o->router_skew);
     p->fast = o->fast;
+    p->zero_head_norms = o->zero_head_norms;
     if (synth_check(p) != HYDRA_OK)
         return bad_arg("%s", hydra_last_error());
     return 0;

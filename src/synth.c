@@ -208,7 +208,7 @@ static bool in_block(const synth_params *p, synth_blocks blocks, uint32_t layer)
 static hydra_status plan_tensors(plan *pl)
 {
     static const synth_tensor embd = {"token_embd.weight", {SQ_EMBD, SQ_VOCAB, SQ_NONE}, SR_WEIGHT, SB_ALL};
-    static const synth_tensor out_norm = {"output_norm.weight", {SQ_EMBD, SQ_NONE, SQ_NONE}, SR_NORM, SB_ALL};
+    static const synth_tensor out_norm = {"output_norm.weight", {SQ_EMBD, SQ_NONE, SQ_NONE}, SR_HEAD_NORM, SB_ALL};
     static const synth_tensor out = {"output.weight", {SQ_EMBD, SQ_VOCAB, SQ_NONE}, SR_WEIGHT, SB_ALL};
     hydra_status st = plan_spec(pl, embd.name, &embd);
     char name[64];
@@ -314,6 +314,8 @@ static hydra_status add_general_keys(gguf_writer *w, const plan *pl)
     if (pl->p.fast || pl->p.router_skew > 0)
         snprintf(style, sizeof style, "%s, router skew %g", pl->p.fast ? ", fast pool rows" : "",
                  (double)pl->p.router_skew);
+    if (pl->p.zero_head_norms)
+        strcat(style, ", zero head norms"); /* at most 31 + 17 bytes */
     snprintf(name, sizeof name, "hydra synthetic %s (random weights, seed %" PRIu64 "%s)", pl->arch->name, pl->p.seed,
              style);
     gguf_writer_add_str(w, "general.architecture", pl->arch->name);
@@ -383,7 +385,8 @@ static hydra_status write_bytes(const void *bytes, size_t n, void *user)
 static hydra_status write_data(gguf_writer *w, const plan *pl)
 {
     synth_weights *gen;
-    const synth_weight_style style = {.fast = pl->p.fast, .router_skew = pl->p.router_skew};
+    const synth_weight_style style = {.fast = pl->p.fast, .router_skew = pl->p.router_skew,
+                                      .zero_head_norms = pl->p.zero_head_norms};
     hydra_status st = synth_weights_create(&gen, (int)pl->p.n_threads, &style);
     sink_state sink = {.w = w, .p = &pl->p, .total = pl->data_bytes};
     for (size_t i = 0; i < pl->n_tensors && st == HYDRA_OK; i++) {

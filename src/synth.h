@@ -71,6 +71,10 @@ typedef struct synth_params {
                                   (synth_weights.h) */
     float router_skew;         /* 0: uniform expert popularity; S > 0: roughly Zipf with exponent ~S
                                   (synth_weights.h; measured in docs/HYBRID.md) */
+    bool zero_head_norms;      /* output_norm and every MTP block's shared_head_norm written as zeros:
+                                  every logit of the model and of its MTP heads is 0, so greedy picks
+                                  token 0 and every draft is kept (100%-acceptance benchmarks;
+                                  docs/SPECULATIVE.md) */
     uint32_t n_threads;        /* generating threads; 0 = one per processor (the bytes do not depend on it) */
     synth_progress_fn progress; /* optional */
     void *progress_user;

@@ -206,7 +206,7 @@ static const synth_tensor deepseek2_tensors[] = {
     T("nextn.eh_proj.weight", SQ_EMBD_2, SQ_EMBD, SQ_NONE, SR_WEIGHT, SB_NEXTN),
     T("nextn.enorm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
     T("nextn.hnorm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
-    T("nextn.shared_head_norm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_NORM, SB_NEXTN),
+    T("nextn.shared_head_norm.weight", SQ_EMBD, SQ_NONE, SQ_NONE, SR_HEAD_NORM, SB_NEXTN),
 };
 
 /* Attention sinks (one logit per head), biases everywhere, and a

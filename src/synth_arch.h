@@ -40,8 +40,10 @@ typedef struct synth_key {
 
 /* How a tensor is stored and initialised: weight matrices take the
  * requested type; norms, routers and biases stay F32, as in llama.cpp's
- * converter output. */
-typedef enum synth_role { SR_WEIGHT, SR_ROUTER, SR_NORM, SR_BIAS } synth_role;
+ * converter output.  SR_HEAD_NORM: a norm in front of an output head
+ * (output_norm, nextn.shared_head_norm), drawn as SR_NORM unless
+ * synth_params.zero_head_norms writes it as zeros. */
+typedef enum synth_role { SR_WEIGHT, SR_ROUTER, SR_NORM, SR_HEAD_NORM, SR_BIAS } synth_role;
 
 /* Which blocks hold a tensor: all, the leading dense ones, the MoE ones,
  * or the MTP blocks after the main ones (which are MoE blocks). */

@@ -127,8 +127,9 @@ static uint64_t chunk_seed(uint64_t tensor, uint64_t chunk)
  * activations keep their scale.  Norm gains near 1, biases near 0. */
 static void fill_values(float *v, uint64_t n, const synth_weight_tensor *t, uint64_t state)
 {
-    float scale = t->role == SR_NORM ? 0.05f : t->role == SR_BIAS ? 0.02f : (float)(1.0 / sqrt((double)t->row_len));
-    float offset = t->role == SR_NORM ? 1.0f : 0.0f;
+    bool norm = t->role == SR_NORM || t->role == SR_HEAD_NORM;
+    float scale = norm ? 0.05f : t->role == SR_BIAS ? 0.02f : (float)(1.0 / sqrt((double)t->row_len));
+    float offset = norm ? 1.0f : 0.0f;
     for (uint64_t i = 0; i < n; i++)
         v[i] = offset + scale * unit_normal(&state);
 }
@@ -198,6 +199,7 @@ typedef struct batch {
     float gain;                     /* the drawn values' multiplier (skewed embeddings: SKEW_EMBD_GAIN) */
     const uint8_t *pool;            /* fast style: pool_rows quantised rows; NULL: quantise every row */
     uint64_t pool_rows;
+    bool zero;                      /* every value 0 (a head norm with zero_head_norms) */
 } batch;
 
 /* Adds the skew direction to rows row0 .. row0 + rows - 1 held in v. */
@@ -222,7 +224,10 @@ static uint64_t chunk_rows_of(const batch *b, uint64_t chunk)
 static void quantise_chunk(const batch *b, float *v, uint64_t chunk, uint8_t *out)
 {
     uint64_t rows = chunk_rows_of(b, chunk), n = rows * b->t->row_len;
-    fill_values(v, n, b->t, chunk_seed(b->tensor_state, chunk));
+    if (b->zero) /* +0.0f: all-zero bytes in F32 (head norms are F32; no skew touches them) */
+        memset(v, 0, n * sizeof *v);
+    else
+        fill_values(v, n, b->t, chunk_seed(b->tensor_state, chunk));
     for (uint64_t i = 0; b->gain != 1.0f && i < n; i++)
         v[i] *= b->gain;
     add_direction(b, v, chunk * b->chunk_rows, rows);
@@ -321,7 +326,8 @@ static hydra_status prepare_pool(synth_weights *w, batch *b)
 hydra_status synth_weights_stream(synth_weights *w, const synth_weight_tensor *t, uint64_t seed, synth_sink_fn sink,
                                   void *user)
 {
-    batch b = {.t = t, .qt = quant_traits_of(t->type), .tensor_state = tensor_seed(seed, t->name), .gain = 1.0f};
+    batch b = {.t = t, .qt = quant_traits_of(t->type), .tensor_state = tensor_seed(seed, t->name), .gain = 1.0f,
+               .zero = t->role == SR_HEAD_NORM && w->style.zero_head_norms};
     if (b.qt == NULL || b.qt->from_float == NULL || t->row_len == 0 || !quant_row_bytes(t->type, t->row_len, &b.row_bytes))
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "synthetic weights: %s: cannot quantise rows of %" PRIu64 " values",
                           t->name, t->row_len);

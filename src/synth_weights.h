@@ -6,7 +6,7 @@
  * seed, so the bytes depend on the seed and the tensor alone, never on the
  * number of threads.
  *
- * Two options change what is drawn (synth_weight_style):
+ * Three options change what is drawn (synth_weight_style):
  *  - fast: a weight matrix's rows are copies of a small pool of
  *    SYNTH_FAST_POOL_ROWS rows quantised once per tensor, each row's pick
  *    drawn from the chunk's seed, so a file is written at the speed of
@@ -23,6 +23,8 @@
  *    falls with rank roughly as a power law (measured exponent ~0.9 at
  *    S 1; constants and measurements in synth_weights.c and
  *    docs/HYBRID.md).  S 0 leaves files exactly as before.
+ *  - zero_head_norms: the head norms (SR_HEAD_NORM) are zeros, so every
+ *    logit is 0; other tensors are drawn as without it.
  */
 #ifndef HYDRA_SYNTH_WEIGHTS_H
 #define HYDRA_SYNTH_WEIGHTS_H
@@ -46,8 +48,9 @@ typedef struct synth_weight_tensor {
 typedef hydra_status (*synth_sink_fn)(const void *bytes, size_t n, void *user);
 
 typedef struct synth_weight_style {
-    bool fast;         /* weight matrices from a pool of quantised rows */
-    float router_skew; /* 0: routers as drawn (uniform popularity) */
+    bool fast;            /* weight matrices from a pool of quantised rows */
+    float router_skew;    /* 0: routers as drawn (uniform popularity) */
+    bool zero_head_norms; /* SR_HEAD_NORM tensors written as zeros */
 } synth_weight_style;
 
 typedef struct synth_weights synth_weights;
