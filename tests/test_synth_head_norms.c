@@ -104,3 +104,43 @@ TEST(mkmodel_zero_head_norms_gives_zero_logits)
     CHECK(n_vocab > 0);
     CHECK_EQ_U64(nonzero, 0);
 }
+
+/* The benchmark it is for: greedy with the MTP drafter keeps every draft
+ * (target and MTP head both see all-zero logits, so both pick token 0). */
+TEST(synth_zero_head_norms_keeps_every_mtp_draft)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("deepseek2-mtp-tiny", &p));
+    p.zero_head_norms = true;
+    hydra_model *m = NULL;
+    CHECK_OK(util_open_synth(&p, "head-norms-mtp.gguf", &m));
+    hydra_session_params sessp = hydra_session_default_params();
+    sessp.n_ctx = 64, sessp.n_threads = 2, sessp.backend = HYDRA_BACKEND_CPU;
+    hydra_sampler_params sampling = hydra_sampler_default_params();
+    sampling.temperature = 0;
+    hydra_spec_params pp = hydra_spec_default_params();
+    pp.n_draft_max = 3, pp.p_min = 0;
+    hydra_session *s = NULL;
+    hydra_spec *spec = NULL;
+    static const hydra_token prompt[3] = {1, 17, 42};
+    enum { N_GEN = 16 };
+    hydra_token out[N_GEN] = {0};
+    hydra_spec_stats stats = {0};
+    hydra_status st = hydra_session_create(&s, m, &sessp);
+    if (st == HYDRA_OK)
+        st = hydra_spec_new(s, NULL, &sampling, &pp, &spec);
+    if (st == HYDRA_OK)
+        st = hydra_spec_start(spec, prompt, 3);
+    for (size_t done = 0, got = 0; st == HYDRA_OK && done < N_GEN; done += got)
+        st = hydra_spec_step(spec, N_GEN - done, out + done, &got);
+    if (spec != NULL)
+        hydra_spec_get_stats(spec, &stats);
+    hydra_spec_free(spec);
+    hydra_session_free(s);
+    hydra_model_close(m);
+    CHECK_OK(st);
+    for (int i = 0; i < N_GEN; i++)
+        CHECK_EQ_INT(out[i], 0);
+    CHECK(stats.n_drafted > 0);
+    CHECK_EQ_U64(stats.n_accepted, stats.n_drafted);
+}
