@@ -111,3 +111,18 @@ const char *cpu_features_describe(const cpu_features *f, char *buf, int size)
         snprintf(buf, (size_t)size, "scalar");
     return buf;
 }
+
+bool cpu_has_avx2_set(const cpu_features *f)
+{
+    return f->avx2 && f->fma && f->f16c;
+}
+
+bool cpu_has_avxvnni_set(const cpu_features *f)
+{
+    return f->avx_vnni && cpu_has_avx2_set(f);
+}
+
+bool cpu_has_avx512_set(const cpu_features *f)
+{
+    return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && cpu_has_avx2_set(f);
+}

@@ -19,6 +19,12 @@ typedef struct cpu_features {
 /* This CPU's features; computed on first call, thread-safe, never NULL. */
 const cpu_features *cpu_features_get(void);
 
+/* Whether f has every instruction of x86_target.h's X86_SET_AVX2,
+ * X86_SET_AVXVNNI and X86_SET_AVX512. */
+bool cpu_has_avx2_set(const cpu_features *f);
+bool cpu_has_avxvnni_set(const cpu_features *f);
+bool cpu_has_avx512_set(const cpu_features *f);
+
 /* "avx2 fma f16c avx512f ..." into buf, for logs and the benchmark. */
 const char *cpu_features_describe(const cpu_features *f, char *buf, int size);
 

@@ -180,7 +180,7 @@ const op_kernels *op_kernels_best(void)
 {
 #if defined(__x86_64__)
     const cpu_features *f = cpu_features_get();
-    if (f->avx2 && f->fma && f->f16c)
+    if (cpu_has_avx2_set(f))
         return &op_kernels_avx2;
 #endif
     return &op_kernels_scalar;

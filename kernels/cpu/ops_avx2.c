@@ -7,15 +7,12 @@
  * only when cpu_features reports all three.
  */
 #include "ops.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVX2)
 
 static float hsum(__m256 v)
 {
@@ -68,9 +65,7 @@ static void f32_to_f16_avx2(const float *src, uint16_t *dst, int n)
         dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const op_kernels op_kernels_avx2 = {
     .isa = "avx2",

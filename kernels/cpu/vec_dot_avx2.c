@@ -7,15 +7,12 @@
  * dispatch.c calls it only when cpu_features reports all three.
  */
 #include "simd.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVX2)
 
 #define X86(name) avx2_##name
 
@@ -29,18 +26,11 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 #include "vec_dot_x86.inc"
 #include "gemm_x86.inc"
 
-static bool avx2_runs_on(const cpu_features *f)
-{
-    return f->avx2 && f->fma && f->f16c;
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const simd_kernels simd_avx2 = {
     .isa = "avx2",
-    .runs_on = avx2_runs_on,
+    .runs_on = cpu_has_avx2_set,
     X86_KERNEL_TABLES,
     X86_GEMM_TABLE,
 };

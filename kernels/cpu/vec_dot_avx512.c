@@ -7,16 +7,12 @@
  * width, and 512-bit instructions lower the clock on several Intel parts.
  */
 #include "simd.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVX512)
 
 #define X86(name) avx512_##name
 
@@ -28,18 +24,11 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 #include "vec_dot_x86.inc"
 #include "gemm_x86.inc"
 
-static bool avx512_runs_on(const cpu_features *f)
-{
-    return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->avx2 && f->fma && f->f16c;
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const simd_kernels simd_avx512 = {
     .isa = "avx512",
-    .runs_on = avx512_runs_on,
+    .runs_on = cpu_has_avx512_set,
     X86_KERNEL_TABLES,
     X86_GEMM_TABLE,
 };

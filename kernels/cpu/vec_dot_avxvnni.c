@@ -5,15 +5,12 @@
  * equal the AVX2 set's (see vec_dot_x86.inc).
  */
 #include "simd.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avxvnni,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC target("avxvnni,avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVXVNNI)
 
 #define X86(name) avxvnni_##name
 
@@ -25,18 +22,11 @@ static inline __attribute__((always_inline)) __m256i dot_u8s8(__m256i acc, __m25
 #include "vec_dot_x86.inc"
 #include "gemm_x86.inc"
 
-static bool avxvnni_runs_on(const cpu_features *f)
-{
-    return f->avx_vnni && f->avx2 && f->fma && f->f16c;
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const simd_kernels simd_avxvnni = {
     .isa = "avxvnni",
-    .runs_on = avxvnni_runs_on,
+    .runs_on = cpu_has_avxvnni_set,
     X86_KERNEL_TABLES,
     X86_GEMM_TABLE,
 };

@@ -5,29 +5,19 @@
  * calls these only where cpu_features reports all three.
  */
 #include "vec_dot_iq.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVX2)
 
 #include "vec_dot_iq_x86.inc"
 
-static bool iq_avx2_runs_on(const cpu_features *f)
-{
-    return f->avx2 && f->fma && f->f16c;
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const simd_kernels simd_iq_avx2 = {
     .isa = "avx2-iq",
-    .runs_on = iq_avx2_runs_on,
+    .runs_on = cpu_has_avx2_set,
     IQ_X86_KERNEL_TABLES,
 };
 

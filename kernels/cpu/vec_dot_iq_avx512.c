@@ -7,31 +7,20 @@
  * registers on purpose, as in vec_dot_avx512.c.
  */
 #include "vec_dot_iq.h"
+#include "x86_target.h"
 
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
-#endif
+X86_TARGET_BEGIN(X86_SET_AVX512)
 
 #define IQ_X86_AVX512 1
 #include "vec_dot_iq_x86.inc"
 
-static bool iq_avx512_runs_on(const cpu_features *f)
-{
-    return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->avx2 && f->fma && f->f16c;
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+X86_TARGET_END
 
 const simd_kernels simd_iq_avx512 = {
     .isa = "avx512-iq",
-    .runs_on = iq_avx512_runs_on,
+    .runs_on = cpu_has_avx512_set,
     IQ_X86_KERNEL_TABLES,
 };
 
