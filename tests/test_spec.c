@@ -406,11 +406,8 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
 
 /* ------------------------------------------------------------ MTP / NextN blocks */
 
-/* Copies a model's metadata value by value (the types the tiny files use;
- * test_spec_mtp.c's rewrites use it too). */
-hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w);
-
-hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w)
+/* Copies a model's metadata value by value (the types the tiny files use). */
+static hydra_status copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w)
 {
     int64_t i = 0;
     uint64_t u = 0;
@@ -464,6 +461,30 @@ hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_val
     return st;
 }
 
+/* Copies m's metadata into w but general.alignment (the writer sets its
+ * own) and the keys named in drop (NULL-terminated; drop may be NULL),
+ * deepseek2.block_count replaced when block_count > 0 (test_spec_mtp.c's
+ * rewrites use it too). */
+hydra_status spec_test_copy_meta(const hydra_model *m, uint32_t block_count, const char *const *drop, gguf_writer *w);
+
+hydra_status spec_test_copy_meta(const hydra_model *m, uint32_t block_count, const char *const *drop, gguf_writer *w)
+{
+    hydra_status st = HYDRA_OK;
+    for (size_t i = 0; st == HYDRA_OK && i < hydra_model_meta_count(m); i++) {
+        const char *key;
+        hydra_value_type type;
+        st = hydra_model_meta_at(m, i, &key, &type);
+        bool skip = st != HYDRA_OK || strcmp(key, "general.alignment") == 0;
+        for (size_t d = 0; !skip && drop != NULL && drop[d] != NULL; d++)
+            skip = strcmp(key, drop[d]) == 0;
+        if (skip)
+            continue;
+        st = block_count > 0 && strcmp(key, "deepseek2.block_count") == 0 ? gguf_writer_add_u32(w, key, block_count)
+                                                                            : copy_key(m, key, type, w);
+    }
+    return st;
+}
+
 /* The MTP tensors of llama.cpp's layout for block l, all F32 (their values
  * do not matter to the main pass): name suffix and ne[0] in units of n_embd. */
 static const struct {
@@ -484,15 +505,8 @@ static hydra_status write_variant(const hydra_model *m, const char *path, uint32
 {
     gguf_writer *w = NULL;
     hydra_status st = gguf_writer_open(&w, path);
-    for (size_t i = 0; st == HYDRA_OK && i < hydra_model_meta_count(m); i++) {
-        const char *key;
-        hydra_value_type type;
-        st = hydra_model_meta_at(m, i, &key, &type);
-        if (st != HYDRA_OK || strcmp(key, "general.alignment") == 0)
-            continue;
-        st = strcmp(key, "deepseek2.block_count") == 0 ? gguf_writer_add_u32(w, key, block_count)
-                                                          : spec_test_copy_key(m, key, type, w);
-    }
+    if (st == HYDRA_OK)
+        st = spec_test_copy_meta(m, block_count, NULL, w);
     if (st == HYDRA_OK && nextn > 0)
         st = gguf_writer_add_u32(w, "deepseek2.nextn_predict_layers", nextn);
     const size_t n_tensors = hydra_model_tensor_count(m);

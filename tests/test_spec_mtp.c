@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-hydra_status spec_test_copy_key(const hydra_model *m, const char *key, hydra_value_type type, gguf_writer *w);
+hydra_status spec_test_copy_meta(const hydra_model *m, uint32_t block_count, const char *const *drop, gguf_writer *w);
 
 enum { N_GEN = 24, MTP_BLOCK = 3 };
 
@@ -178,19 +178,8 @@ static hydra_status write_file(const hydra_model *m, const char *path, uint32_t 
 {
     gguf_writer *w = NULL;
     hydra_status st = gguf_writer_open(&w, path);
-    for (size_t i = 0; st == HYDRA_OK && i < hydra_model_meta_count(m); i++) {
-        const char *key;
-        hydra_value_type type;
-        st = hydra_model_meta_at(m, i, &key, &type);
-        bool skip = st != HYDRA_OK || strcmp(key, "general.alignment") == 0;
-        for (size_t d = 0; !skip && drop != NULL && drop[d] != NULL; d++)
-            skip = strcmp(key, drop[d]) == 0;
-        if (skip)
-            continue;
-        st = block_count > 0 && strcmp(key, "deepseek2.block_count") == 0
-                 ? gguf_writer_add_u32(w, key, block_count)
-                 : spec_test_copy_key(m, key, type, w);
-    }
+    if (st == HYDRA_OK)
+        st = spec_test_copy_meta(m, block_count, drop, w);
     for (size_t i = 0; st == HYDRA_OK && i < n; i++)
         st = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne);
     static const uint8_t zeros[4096];
