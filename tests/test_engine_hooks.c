@@ -415,15 +415,6 @@ TEST(engine_hooks_latent_attention_equals_expanded_kv)
 
 /* ------------------------------------------------------------ sessions */
 
-static hydra_status session_on(hydra_model *m, uint32_t n_ctx, uint32_t n_batch, hydra_session **s)
-{
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.n_threads = 2;
-    return hydra_session_create(s, m, &p);
-}
-
 /* deepseek2 caches kv_lora_rank + rope dims per position and layer (F16:
  * 2 bytes each); gpt-oss's sliding layers (0 and 2) hold their window plus
  * a step, the others every position. */
@@ -435,9 +426,9 @@ TEST(engine_hooks_cache_sizes_latent_and_windowed)
     CHECK_OK(util_open_shared_model("deepseek2-tiny-q8_0", &ds));
     hydra_status st = util_open_shared_model("gptoss-tiny-mxfp4", &oss);
     if (st == HYDRA_OK)
-        st = session_on(ds, 1024, 64, &s1);
+        st = util_new_session(ds, 1024, 64, 2, &s1);
     if (st == HYDRA_OK)
-        st = session_on(oss, 1024, 16, &s2);
+        st = util_new_session(oss, 1024, 16, 2, &s2);
     const uint64_t latent = hydra_session_kv_bytes(s1), windowed = hydra_session_kv_bytes(s2);
     hydra_session_free(s1);
     hydra_session_free(s2);
@@ -468,9 +459,9 @@ TEST(engine_hooks_gptoss_ring_and_rewinds)
     float *a = malloc(sizeof(float) * OSS_PROMPT * n_vocab), *b = malloc(sizeof(float) * OSS_PROMPT * n_vocab);
     hydra_status st = a && b ? HYDRA_OK : HYDRA_ERR_NOMEM;
     if (st == HYDRA_OK)
-        st = session_on(m, 256, 256, &full);
+        st = util_new_session(m, 256, 256, 2, &full);
     if (st == HYDRA_OK)
-        st = session_on(m, 256, 64, &ring);
+        st = util_new_session(m, 256, 64, 2, &ring);
     if (st == HYDRA_OK)
         st = hydra_session_eval(full, prompt, OSS_PROMPT, a);
     if (st == HYDRA_OK)

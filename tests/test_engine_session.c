@@ -11,22 +11,13 @@
 
 #include <stdlib.h>
 
-static hydra_status session_with(hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s)
-{
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.n_threads = n_threads;
-    return hydra_session_create(s, m, &p);
-}
-
 TEST(engine_session_rejects_bad_input_and_keeps_its_state)
 {
     REQUIRE_SHARED();
     hydra_model *m;
     hydra_session *s;
     CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
-    hydra_status st = session_with(m, 16, 0, 1, &s);
+    hydra_status st = util_new_session(m, 16, 0, 1, &s);
     if (st != HYDRA_OK) {
         hydra_model_close(m);
         FAIL("create: %s", hydra_last_error());
@@ -84,7 +75,7 @@ TEST(engine_session_unsupported_architecture_fails_at_create)
     gb_free(&b);
     CHECK_OK(st);
     hydra_session *s = (hydra_session *)&m; /* must be reset to NULL */
-    st = session_with(m, 64, 0, 1, &s);
+    st = util_new_session(m, 64, 0, 1, &s);
     hydra_session_free(s);
     hydra_model_close(m);
     CHECK(s == NULL);
@@ -100,7 +91,7 @@ static hydra_status logits_with(hydra_model *m, int n_threads, uint32_t n_batch,
                                 float *out, size_t *n_vocab)
 {
     hydra_session *s;
-    hydra_status st = session_with(m, 64, n_batch, n_threads, &s);
+    hydra_status st = util_new_session(m, 64, n_batch, n_threads, &s);
     if (st == HYDRA_OK && (*n_vocab = hydra_session_n_vocab(s)) > VOCAB_MAX)
         st = HYDRA_ERR_RANGE;
     if (st == HYDRA_OK)

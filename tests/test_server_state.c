@@ -65,11 +65,7 @@ static void fixture_free(fixture *fx)
 
 static hydra_status session_of(const fixture *fx, uint32_t n_ctx, uint32_t n_batch, hydra_session **out)
 {
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.n_threads = 2;
-    return hydra_session_create(out, fx->model, &p);
+    return util_new_session(fx->model, n_ctx, n_batch, 2, out);
 }
 
 static int32_t token_of(const fixture *fx, int k)

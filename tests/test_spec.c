@@ -18,15 +18,6 @@
 
 enum { N_GEN = 24 };
 
-static hydra_status make_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, hydra_session **s)
-{
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.n_threads = 2;
-    return hydra_session_create(s, m, &p);
-}
-
 static hydra_sampler_params greedy_params(void)
 {
     hydra_sampler_params sp = hydra_sampler_default_params();
@@ -41,7 +32,7 @@ enum { N_PROMPT = sizeof prompt / sizeof prompt[0] };
 static hydra_status plain_greedy(const hydra_model *m, hydra_token *out)
 {
     hydra_session *s = NULL;
-    hydra_status st = make_session(m, 256, 64, &s);
+    hydra_status st = util_new_session(m, 256, 64, 2, &s);
     if (st == HYDRA_OK)
         st = util_greedy_decode(s, prompt, N_PROMPT, out, N_GEN);
     hydra_session_free(s);
@@ -66,9 +57,9 @@ static hydra_status spec_open(spec_run *r, const hydra_model *tm, const hydra_mo
                               uint32_t n_batch, const hydra_sampler_params *sp, const hydra_spec_params *pp)
 {
     memset(r, 0, sizeof *r);
-    hydra_status st = make_session(tm, n_ctx, n_batch, &r->target);
+    hydra_status st = util_new_session(tm, n_ctx, n_batch, 2, &r->target);
     if (st == HYDRA_OK)
-        st = make_session(dm, n_ctx, n_batch, &r->draft);
+        st = util_new_session(dm, n_ctx, n_batch, 2, &r->draft);
     if (st == HYDRA_OK)
         st = hydra_spec_new(r->target, r->draft, sp, pp, &r->spec);
     if (st != HYDRA_OK)
@@ -178,7 +169,7 @@ static hydra_status first_token_dist(const hydra_model *m, const hydra_sampler_p
 {
     hydra_session *s = NULL;
     hydra_sampler *sm = NULL;
-    hydra_status st = make_session(m, 64, 16, &s);
+    hydra_status st = util_new_session(m, 64, 16, 2, &s);
     if (st == HYDRA_OK)
         st = hydra_sampler_new(sp, (int32_t)hydra_session_n_vocab(s), &sm);
     if (st == HYDRA_OK)
@@ -303,7 +294,7 @@ static void rollback_exact(test_ctx *t_, const char *target, const char *draft, 
     if (st == HYDRA_OK)
         st = hydra_session_eval(r.target, gen + n_all - 1, 1, NULL);
     if (st == HYDRA_OK)
-        st = make_session(tm, 512, 8, &fresh);
+        st = util_new_session(tm, 512, 8, 2, &fresh);
     if (st == HYDRA_OK)
         st = hydra_session_eval(fresh, gen, n_all, NULL);
     if (st == HYDRA_OK)
@@ -381,7 +372,7 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
     hydra_status st_null = HYDRA_OK, st_k = HYDRA_OK, st_p = HYDRA_OK;
     const hydra_sampler_params sp = greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
-    if (make_session(a, 64, 16, &sa) == HYDRA_OK && make_session(b, 64, 16, &sb) == HYDRA_OK) {
+    if (util_new_session(a, 64, 16, 2, &sa) == HYDRA_OK && util_new_session(b, 64, 16, 2, &sb) == HYDRA_OK) {
         st_null = hydra_spec_new(sa, NULL, &sp, &pp, &spec);
         pp.n_draft_max = 0;
         st_k = hydra_spec_new(sa, sa, &sp, &pp, &spec);
@@ -551,7 +542,7 @@ static hydra_status last_logits(const char *path, float *out, size_t cap, size_t
     mp.path = path;
     hydra_status st = hydra_model_open(&m, &mp);
     if (st == HYDRA_OK)
-        st = make_session(m, 64, 16, &s);
+        st = util_new_session(m, 64, 16, 2, &s);
     if (st == HYDRA_OK)
         st = hydra_session_eval(s, prompt, N_PROMPT, NULL);
     *n = 0;
@@ -681,7 +672,7 @@ TEST(spec_greedy_through_the_hybrid_cpu_split)
     if (st == HYDRA_OK)
         st = hydra_session_create(&r.target, m, &p);
     if (st == HYDRA_OK)
-        st = make_session(d, 256, 64, &r.draft);
+        st = util_new_session(d, 256, 64, 2, &r.draft);
     if (st == HYDRA_OK)
         st = hydra_spec_new(r.target, r.draft, &sp, &pp, &r.spec);
     if (st == HYDRA_OK)

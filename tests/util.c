@@ -128,6 +128,15 @@ hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite)
     return st;
 }
 
+hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.n_threads = n_threads;
+    return hydra_session_create(s, m, &p);
+}
+
 hydra_status util_greedy_decode(hydra_session *s, const hydra_token *prompt, size_t n_prompt, hydra_token *out,
                                 int n_out)
 {

@@ -55,6 +55,10 @@ hydra_status util_open_synth(const struct synth_params *p, const char *name, hyd
  * logits after them into *nonfinite (untouched when the evaluation fails). */
 hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
 
+/* A session over m with the default parameters but n_ctx, n_batch and
+ * n_threads. */
+hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s);
+
 /* Plain greedy decoding on s (the sampler at temperature 0, ties broken as
  * the decoders break them): evaluates prompt, then samples n_out tokens
  * into out, decoding each but the last. */
