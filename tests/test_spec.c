@@ -18,13 +18,6 @@
 
 enum { N_GEN = 24 };
 
-static hydra_sampler_params greedy_params(void)
-{
-    hydra_sampler_params sp = hydra_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
-}
-
 static const hydra_token prompt[] = {1, 17, 200, 33, 512, 64, 7, 300};
 enum { N_PROMPT = sizeof prompt / sizeof prompt[0] };
 
@@ -84,7 +77,7 @@ static void greedy_matches(test_ctx *t_, const char *target, const char *draft, 
     hydra_status st = util_open_shared_model(draft, &dm);
     hydra_token want[N_GEN], got[N_GEN];
     spec_run r = {0};
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     if (st == HYDRA_OK)
         st = plain_greedy(tm, want);
     if (st == HYDRA_OK)
@@ -336,7 +329,7 @@ TEST(spec_fixed_width_pads_and_counts_widths)
     REQUIRE_SHARED();
     hydra_model *m = NULL;
     CHECK_OK(util_open_shared_model("qwen2moe-tiny-q8_0", &m));
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 6;
     pp.p_min = 0.99f; /* stops drafting early, so most steps pad */
@@ -370,7 +363,7 @@ TEST(spec_rejects_another_vocabulary_and_bad_params)
     hydra_session *sa = NULL, *sb = NULL;
     hydra_spec *spec = NULL;
     hydra_status st_null = HYDRA_OK, st_k = HYDRA_OK, st_p = HYDRA_OK;
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     if (util_new_session(a, 64, 16, 2, &sa) == HYDRA_OK && util_new_session(b, 64, 16, 2, &sb) == HYDRA_OK) {
         st_null = hydra_spec_new(sa, NULL, &sp, &pp, &spec);
@@ -596,7 +589,7 @@ TEST(spec_two_phase_step_equals_step)
     hydra_model *m = NULL, *d = NULL;
     CHECK_OK(util_open_shared_model("mixtral-tiny-f16", &m));
     hydra_status st = util_open_shared_model("mixtral-tiny-q4_0", &d);
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 3;
     pp.p_min = 0;
@@ -665,7 +658,7 @@ TEST(spec_greedy_through_the_hybrid_cpu_split)
     p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
     p.resident_fraction = 0.5;
     spec_run r = {0};
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 4;
     pp.p_min = 0;

@@ -66,13 +66,6 @@ static hydra_status make_session(const hydra_model *m, uint32_t n_batch, hydra_s
     return make_session_on(m, n_batch, HYDRA_BACKEND_CPU, s);
 }
 
-static hydra_sampler_params greedy_params(void)
-{
-    hydra_sampler_params sp = hydra_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
-}
-
 static int32_t argmax(const float *x, int64_t n)
 {
     int32_t best = 0;
@@ -101,7 +94,7 @@ static hydra_status mtp_greedy(const hydra_model *m, hydra_backend backend, uint
 {
     hydra_session *s = NULL;
     hydra_spec *spec = NULL;
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_status st = make_session_on(m, n_batch, backend, &s);
     if (st == HYDRA_OK)
         st = hydra_spec_new(s, NULL, &sp, &pp, &spec);
@@ -554,7 +547,7 @@ static hydra_status try_mtp_spec(const hydra_model *m, uint32_t n_batch, const h
 {
     hydra_session *s = NULL;
     hydra_spec *spec = NULL;
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_status st = make_session(m, n_batch, &s);
     if (st == HYDRA_OK)
         st = hydra_spec_new(s, NULL, &sp, pp, &spec);
@@ -717,7 +710,7 @@ TEST(cuda_spec_mtp_steady_state_captures_no_graph)
     hydra_model *models[2] = {NULL, NULL};
     CHECK_OK(mtp_model(&models[0]));
     CHECK_OK(util_open_model(agree_path, &models[1]));
-    const hydra_sampler_params sp = greedy_params();
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
     pp.n_draft_max = 3;
     pp.p_min = 0;

@@ -137,12 +137,18 @@ hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_b
     return hydra_session_create(s, m, &p);
 }
 
+hydra_sampler_params util_greedy_params(void)
+{
+    hydra_sampler_params sp = hydra_sampler_default_params();
+    sp.temperature = 0;
+    return sp;
+}
+
 hydra_status util_greedy_decode(hydra_session *s, const hydra_token *prompt, size_t n_prompt, hydra_token *out,
                                 int n_out)
 {
     hydra_sampler *sm = NULL;
-    hydra_sampler_params sp = hydra_sampler_default_params();
-    sp.temperature = 0;
+    const hydra_sampler_params sp = util_greedy_params();
     hydra_status st = hydra_sampler_new(&sp, (int32_t)hydra_session_n_vocab(s), &sm);
     if (st == HYDRA_OK)
         st = hydra_session_eval(s, prompt, n_prompt, NULL);

@@ -59,6 +59,9 @@ hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
  * n_threads. */
 hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s);
 
+/* The default sampler parameters at temperature 0: greedy. */
+hydra_sampler_params util_greedy_params(void);
+
 /* Plain greedy decoding on s (the sampler at temperature 0, ties broken as
  * the decoders break them): evaluates prompt, then samples n_out tokens
  * into out, decoding each but the last. */
