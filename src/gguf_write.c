@@ -268,3 +268,11 @@ void gguf_writer_abort(gguf_writer *w)
     remove(w->path);
     free_writer(w);
 }
+
+hydra_status gguf_writer_finish(gguf_writer *w, hydra_status st)
+{
+    if (st == HYDRA_OK)
+        return gguf_writer_close(w);
+    gguf_writer_abort(w);
+    return st;
+}

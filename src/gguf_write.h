@@ -44,4 +44,9 @@ hydra_status gguf_writer_close(gguf_writer *w);
 /* Frees the writer and removes the partial file (after an error). */
 void gguf_writer_abort(gguf_writer *w);
 
+/* The end of a write whose calls so far returned st: gguf_writer_close
+ * when st is HYDRA_OK (its status returned), else gguf_writer_abort and
+ * st. */
+hydra_status gguf_writer_finish(gguf_writer *w, hydra_status st);
+
 #endif

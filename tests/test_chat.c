@@ -820,11 +820,7 @@ static hydra_status write_vocab_gguf(const char *path, const char *chat_template
         st = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
     if (st == HYDRA_OK && chat_template)
         st = gguf_writer_add_str(w, "tokenizer.chat_template", chat_template);
-    if (st != HYDRA_OK) {
-        gguf_writer_abort(w);
-        return st;
-    }
-    return gguf_writer_close(w);
+    return gguf_writer_finish(w, st);
 }
 
 TEST(chat_model_template_and_tokens)

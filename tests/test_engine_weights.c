@@ -127,10 +127,7 @@ static hydra_status write_edited(const char *name, const edit *e, const char *ou
             st = pass == 0 ? gguf_writer_add_tensor(w, name, ti.type, ti.n_dims, ne)
                            : gguf_writer_write(w, ti.data, ti.n_bytes);
         }
-    if (st == HYDRA_OK)
-        st = gguf_writer_close(w);
-    else
-        gguf_writer_abort(w);
+    st = gguf_writer_finish(w, st);
     hydra_model_close(m);
     return st;
 }

@@ -519,11 +519,7 @@ static hydra_status write_variant(const hydra_model *m, const char *path, uint32
         for (uint64_t k = 0; st == HYDRA_OK && k < n; k++)
             st = gguf_writer_write(w, &one, sizeof one);
     }
-    if (st != HYDRA_OK) {
-        gguf_writer_abort(w);
-        return st;
-    }
-    return gguf_writer_close(w);
+    return gguf_writer_finish(w, st);
 }
 
 /* The last prompt position's logits, at most cap of them (*n). */

@@ -187,11 +187,7 @@ static hydra_status write_file(const hydra_model *m, const char *path, uint32_t 
             left -= k;
         }
     }
-    if (st != HYDRA_OK) {
-        gguf_writer_abort(w);
-        return st;
-    }
-    return gguf_writer_close(w);
+    return gguf_writer_finish(w, st);
 }
 
 static out_tensor tensor_like(const hydra_tensor_info *ti, const char *name)
