@@ -66,14 +66,7 @@ static void put_iq1(int8_t *q, uint64_t point, int neg_delta)
 /* to_float, vec_dot and from_float of a format, through its decoder and
  * encoder (one fit per super-block). */
 #define IQ_FUNCTIONS(fn, block_t, shape)                                                 \
-    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)               \
-    {                                                                                    \
-        quant_bk_to_float(src, sizeof(block_t), decode_##fn, dst, n);                    \
-    }                                                                                    \
-    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a)   \
-    {                                                                                    \
-        *out = quant_bk_dot_q8_k(w, sizeof(block_t), decode_##fn, a, n);                 \
-    }                                                                                    \
+    BK_CONVERT_DOT(fn, block_t)                                                          \
     void quant_ref_##fn##_from_float(const float *src, void *dst, int64_t n)             \
     {                                                                                    \
         static const iq_shape sh = shape;                                                \

@@ -276,17 +276,6 @@ static void fit_superblock(const float *x, bk_shape sh, quant_bk *u, uint16_t *h
         }                                                                     \
     }
 
-/* to_float and vec_dot of a type, through its decoder. */
-#define BK_CONVERT_DOT(fn, block_t)                                              \
-    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)       \
-    {                                                                            \
-        quant_bk_to_float(src, sizeof(block_t), decode_##fn, dst, n);            \
-    }                                                                            \
-    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a) \
-    {                                                                            \
-        *out = quant_bk_dot_q8_k(w, sizeof(block_t), decode_##fn, a, n);         \
-    }
-
 /* ---- Q2_K ---------------------------------------------------------------- */
 
 static void decode_q2_k(const void *blk, quant_bk *u)

@@ -147,10 +147,7 @@ static void decode_iq4_xs(const void *blk, quant_bk *u)
     }
 }
 
-void quant_ref_iq4_xs_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_bk_to_float(src, sizeof(block_iq4_xs), decode_iq4_xs, dst, n);
-}
+BK_CONVERT_DOT(iq4_xs, block_iq4_xs)
 
 /* Fit each sub-block's scale as for IQ4_NL, code the scales as d * (ls - 32),
  * then choose levels against the coded scales. */
@@ -175,11 +172,6 @@ void quant_ref_iq4_xs_from_float(const float *src, void *dst, int64_t n)
         }
         b[i].scales_h = scales_h;
     }
-}
-
-void quant_ref_iq4_xs_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_bk_dot_q8_k(w, sizeof(block_iq4_xs), decode_iq4_xs, a, n);
 }
 
 /* ---- MXFP4 (. Q8_0) ------------------------------------------------------- */

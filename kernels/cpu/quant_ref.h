@@ -100,6 +100,18 @@ typedef void (*quant_bk_decode_fn)(const void *block, quant_bk *out);
 void quant_bk_to_float(const void *src, size_t block_bytes, quant_bk_decode_fn decode, float *dst, int64_t n);
 float quant_bk_dot_q8_k(const void *w, size_t block_bytes, quant_bk_decode_fn decode, const void *a, int64_t n);
 
+/* quant_ref_FN_to_float and quant_ref_FN_vec_dot of a super-block type,
+ * through its decoder decode_FN. */
+#define BK_CONVERT_DOT(fn, block_t)                                                    \
+    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)             \
+    {                                                                                  \
+        quant_bk_to_float(src, sizeof(block_t), decode_##fn, dst, n);                  \
+    }                                                                                  \
+    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a) \
+    {                                                                                  \
+        *out = quant_bk_dot_q8_k(w, sizeof(block_t), decode_##fn, a, n);               \
+    }
+
 /* Codes signed sub-block scales v[0..n) as d * c, c in -cneg..cneg-1, the
  * largest magnitude taking -cneg; returns d's f16 bits, *scale = its value. */
 uint16_t quant_code_signed(const float *v, int n, int cneg, int *codes, float *scale);

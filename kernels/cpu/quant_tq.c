@@ -84,15 +84,7 @@ static void decode_tq1_0(const void *blk, quant_bk *u)
     }
 }
 
-void quant_ref_tq1_0_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_bk_to_float(src, sizeof(block_tq1_0), decode_tq1_0, dst, n);
-}
-
-void quant_ref_tq1_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_bk_dot_q8_k(w, sizeof(block_tq1_0), decode_tq1_0, a, n);
-}
+BK_CONVERT_DOT(tq1_0, block_tq1_0)
 
 /* A byte of trits t_0..t_4 is ceil(256 v / 243), v = sum t_n 3^(4 - n): the
  * base-3 fraction v / 243 in fixed point, rounded up so that the decoder's
@@ -136,15 +128,7 @@ static void decode_tq2_0(const void *blk, quant_bk *u)
         u->q[e] = (int8_t)(((b->qs[tq2_byte(e)] >> tq2_shift(e)) & 3) - 1);
 }
 
-void quant_ref_tq2_0_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_bk_to_float(src, sizeof(block_tq2_0), decode_tq2_0, dst, n);
-}
-
-void quant_ref_tq2_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_bk_dot_q8_k(w, sizeof(block_tq2_0), decode_tq2_0, a, n);
-}
+BK_CONVERT_DOT(tq2_0, block_tq2_0)
 
 void quant_ref_tq2_0_from_float(const float *src, void *dst, int64_t n)
 {
