@@ -635,6 +635,19 @@ TEST(spec_two_phase_step_equals_step)
     CHECK(memcmp(want, got, sizeof want) == 0);
 }
 
+/* A two-thread session whose MoE layers go through the hybrid CPU split
+ * with resident_fraction of each layer's experts in the slab. */
+static hydra_session_params hybrid_split_params(int n_ctx, int n_batch, double resident_fraction)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.n_threads = 2;
+    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
+    p.resident_fraction = resident_fraction;
+    return p;
+}
+
 /* The verify pass through the hybrid CPU split (issue 10: half the experts
  * "resident", the rest computed as misses, for all k + 1 rows at once)
  * gives plain greedy decoding's tokens, and the split saw the verify rows. */
@@ -647,12 +660,7 @@ TEST(spec_greedy_through_the_hybrid_cpu_split)
     hydra_token want[N_GEN], got[N_GEN];
     if (st == HYDRA_OK)
         st = plain_greedy(m, want);
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = 256;
-    p.n_batch = 64;
-    p.n_threads = 2;
-    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
-    p.resident_fraction = 0.5;
+    hydra_session_params p = hybrid_split_params(256, 64, 0.5);
     spec_run r = {0};
     const hydra_sampler_params sp = util_greedy_params();
     hydra_spec_params pp = hydra_spec_default_params();
@@ -694,12 +702,7 @@ TEST(spec_hybrid_verify_misses_are_a_union_of_the_rows)
     mp.path = path;
     hydra_model *m = NULL;
     CHECK_OK(hydra_model_open(&m, &mp));
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = 64;
-    p.n_batch = 16;
-    p.n_threads = 2;
-    p.hybrid = HYDRA_HYBRID_CPU_SPLIT;
-    p.resident_fraction = 0;
+    hydra_session_params p = hybrid_split_params(64, 16, 0);
     hydra_session *s = NULL;
     static const hydra_token rows[8] = {1, 17, 200, 33, 250, 64, 7, 140};
     hydra_hybrid_stats verify = {0}, decode = {0};
