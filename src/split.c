@@ -84,14 +84,6 @@ static hydra_status check_request(const split_model *m, const split_request *r)
             return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm %s: the main GPU %d holds the output head, so its -ts "
                               "ratio must not be 0", mode_name[r->mode], r->main_gpu);
     }
-    int sharing = 0, ratioed = 0; /* devices a tensor split gives a share */
-    for (int d = 0; d < r->n_dev; d++)
-        ratioed += r->ratios != NULL && r->ratios[d] > 0;
-    for (int d = 0; d < r->n_dev; d++)
-        sharing += ratioed == 0 || r->ratios[d] > 0;
-    if (r->mode == SPLIT_TENSOR && m->n_head_kv < sharing)
-        return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor: %d KV heads cannot be shared by %d devices (each needs "
-                          "at least one; give some -ts 0 or use -sm layer)", m->n_head_kv, sharing);
     return HYDRA_OK;
 }
 
@@ -161,7 +153,50 @@ void split_cut(const split_plan *plan, int part, int64_t total, int64_t granule,
     *b1 = begin[part + 1];
 }
 
-/* Devices with a share, each every layer; the cuts of split_cut. */
+bool split_cut_blocks(const split_plan *plan, int part, int64_t total, int64_t granule, int64_t *b0, int64_t *b1)
+{
+    const int64_t g = granule > 0 ? granule : 1;
+    if (total / g < plan->n_part) {
+        *b0 = 0;
+        *b1 = total;
+        return false;
+    }
+    split_cut(plan, part, total, g, b0, b1);
+    return true;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+int64_t split_col_granule(const model_weights *w, int role, int64_t unit)
+{
+    int64_t granule = 1;
+    for (uint32_t l = 0; l < w->hp.n_layer; l++) {
+        const wtensor *t = &w->layer[l].w[role];
+        const quant_traits *qt = t->data != NULL ? quant_traits_of(t->type) : NULL;
+        if (qt == NULL || qt->block_size == 0 || unit <= 0)
+            continue;
+        const int64_t g = (int64_t)qt->block_size / gcd64(unit, (int64_t)qt->block_size); /* units per block run */
+        granule = granule / gcd64(granule, g) * g;
+    }
+    return granule;
+}
+
+/* Bytes every part of a tensor split holds whole: its unsplit sublayers. */
+static uint64_t whole_bytes(const split_plan *p, const split_model *m)
+{
+    return (p->heads_whole ? m->attn_bytes : 0) + (p->ff_whole ? m->ffn_bytes : 0);
+}
+
+/* Devices with a share, each every layer; the cuts of split_cut, heads and
+ * FFN columns in whole blocks of their output projections. */
 static void plan_tensor(split_plan *p, const split_model *m, const split_request *r)
 {
     int order[SPLIT_MAX_DEV];
@@ -180,14 +215,18 @@ static void plan_tensor(split_plan *p, const split_model *m, const split_request
     for (int i = 0; i < p->n_part; i++) {
         split_part *q = &p->part[i];
         int64_t b0, b1;
-        split_cut(p, i, m->n_head_kv, 1, &b0, &b1);
+        p->heads_whole = !split_cut_blocks(p, i, m->n_head_kv, m->head_granule, &b0, &b1);
         q->head0 = (int)b0;
         q->head1 = (int)b1;
-        split_cut(p, i, m->n_ff, m->ff_granule, &q->ff0, &q->ff1);
+        p->ff_whole = !split_cut_blocks(p, i, m->n_ff, m->ff_granule, &q->ff0, &q->ff1);
         split_cut(p, i, m->n_expert, 1, &b0, &b1);
         q->exp0 = (int)b0;
         q->exp1 = (int)b1;
-        q->need = (uint64_t)(q->share * (double)layers_bytes(m, 0, m->n_layer)) + m->scratch_bytes +
+    }
+    const uint64_t whole = whole_bytes(p, m), layers = layers_bytes(m, 0, m->n_layer);
+    for (int i = 0; i < p->n_part; i++) {
+        split_part *q = &p->part[i];
+        q->need = (uint64_t)(q->share * (double)(layers > whole ? layers - whole : 0)) + whole + m->scratch_bytes +
                   m->embed_bytes + (q->head ? m->head_bytes : 0);
     }
 }
@@ -226,6 +265,11 @@ size_t split_plan_describe(const split_plan *plan, char *buf, size_t cap)
                                 q->embed ? ", embedding" : "", q->head ? ", output head" : "", gib(q->need),
                                 gib(q->avail));
     }
+    if (plan->mode == SPLIT_TENSOR && (plan->heads_whole || plan->ff_whole))
+        len += (size_t)snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0,
+                                "  not split (fewer whole quant blocks of columns than devices; on every GPU, counted "
+                                "on the main one):%s%s\n", plan->heads_whole ? " attention" : "",
+                                plan->ff_whole ? " dense FFN" : "");
     return len;
 }
 
@@ -257,17 +301,28 @@ hydra_status split_model_of(split_model *m, uint64_t **layer_bytes, const model_
             if (!(skip_experts && routed(r)))
                 lb[l] += tensor_bytes(&w->layer[l].w[r]);
     }
-    const wtensor *down = w->layer[0].w[W_FFN_DOWN].data != NULL ? &w->layer[0].w[W_FFN_DOWN]
-                                                                  : &w->layer[0].w[W_SHEXP_DOWN];
-    const quant_traits *qt = down->data != NULL ? quant_traits_of(down->type) : NULL;
+    uint64_t attn = 0, ffn = 0;
+    bool dense = false;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        static const int attn_roles[] = {W_ATTN_Q, W_ATTN_K, W_ATTN_V, W_ATTN_OUT};
+        static const int ffn_roles[] = {W_FFN_GATE, W_FFN_UP, W_FFN_DOWN, W_SHEXP_GATE, W_SHEXP_UP, W_SHEXP_DOWN};
+        attn += kv_layer;
+        for (size_t r = 0; r < sizeof attn_roles / sizeof attn_roles[0]; r++)
+            attn += tensor_bytes(&w->layer[l].w[attn_roles[r]]);
+        for (size_t r = 0; r < sizeof ffn_roles / sizeof ffn_roles[0]; r++)
+            ffn += tensor_bytes(&w->layer[l].w[ffn_roles[r]]);
+        dense |= w->layer[l].w[W_FFN_DOWN].data != NULL;
+    }
+    const int64_t group = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1;
     *m = (split_model){.n_layer = (int)hp->n_layer, .layer_bytes = lb,
                        .embed_bytes = tensor_bytes(&w->global[W_TOKEN_EMBD]),
                        .head_bytes = tensor_bytes(&w->global[W_OUTPUT]) + tensor_bytes(&w->global[W_OUTPUT_NORM]),
                        .scratch_bytes = placement_scratch_estimate(w, n_batch, n_ctx),
                        .n_head_kv = (int)hp->n_head_kv,
+                       .head_granule = (int)split_col_granule(w, W_ATTN_OUT, group * hp->head_dim_v),
                        .n_ff = hp->n_ff > 0 ? hp->n_ff : hp->n_ff_shexp,
-                       .ff_granule = qt != NULL && qt->block_size > 0 ? qt->block_size : 1,
-                       .n_expert = (int)hp->n_expert};
+                       .ff_granule = split_col_granule(w, dense ? W_FFN_DOWN : W_SHEXP_DOWN, 1),
+                       .n_expert = (int)hp->n_expert, .attn_bytes = attn, .ffn_bytes = ffn};
     return HYDRA_OK;
 }
 

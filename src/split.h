@@ -14,7 +14,10 @@
  *               every device, output head on the main GPU
  *
  * Shares follow the -ts ratios (none given: the devices' available bytes),
- * cut in whole units (layers, KV heads, FFN granules, experts).  Nothing
+ * cut in whole units (layers, KV heads, FFN granules, experts); a tensor
+ * split's KV heads and FFN columns in units whose output columns are whole
+ * quant blocks, and a sublayer with fewer such units than devices is not
+ * split (split_plan).  Nothing
  * here touches a GPU, so the partition is tested in CI (tests/test_split.c).
  */
 #ifndef HYDRA_SPLIT_H
@@ -41,8 +44,12 @@ typedef struct split_model {
     uint64_t head_bytes;         /* output norm and projection */
     uint64_t scratch_bytes;      /* working buffers of one device */
     int n_head_kv;               /* tensor split units: KV heads, */
+    int head_granule;            /* in granules whose attention output columns are whole quant blocks
+                                  * (split_col_granule; 0 counts as 1), */
     int64_t n_ff, ff_granule;    /* dense FFN columns in granules (the down matrix's block), */
     int n_expert;                /* routed experts */
+    uint64_t attn_bytes;         /* all layers: Q/K/V/output weights and KV cache (an unsplit */
+    uint64_t ffn_bytes;          /* attention is on every part); dense and shared-expert FFN weights */
 } split_model;
 
 typedef struct split_request {
@@ -64,10 +71,16 @@ typedef struct split_part {
     double share;                /* tensor: the part's fraction of every cut (split_cut) */
 } split_part;
 
+/* Tensor split: a sublayer whose output projection has fewer whole quant
+ * blocks of columns (in units of KV heads, or FFN columns) than there are
+ * parts is not split: every part holds it whole, and only the main part's
+ * output counts (split_view.c).  So no part's slice ever cuts a block. */
 typedef struct split_plan {
     split_mode mode;
     int n_part;
     split_part part[SPLIT_MAX_DEV];
+    bool heads_whole;            /* tensor: attention not split (every part KV heads 0..n-1) */
+    bool ff_whole;               /* tensor: dense FFN not split */
 } split_plan;
 
 /* Cuts [0, total) into n shares proportional to weights, in whole units of
@@ -86,6 +99,18 @@ void split_shares_min1(int64_t total, int64_t granule, const double *weights, in
  * and experts are these cuts, and so is any other width cut the same way
  * (a shared expert's FFN, split_view.c). */
 void split_cut(const split_plan *plan, int part, int64_t total, int64_t granule, int64_t *b0, int64_t *b1);
+
+/* A width cut in whole quant blocks (KV heads, FFN columns): split_cut in
+ * granules when total holds at least one granule per part; else false,
+ * and [0, total) for every part (the sublayer is not split). */
+bool split_cut_blocks(const split_plan *plan, int part, int64_t total, int64_t granule, int64_t *b0,
+                      int64_t *b1);
+
+/* The smallest count of units (a KV head's attention output columns:
+ * unit = query heads per KV head x head_dim_v; an FFN column: unit = 1)
+ * whose columns are whole blocks of role's matrix in every layer; 1 where
+ * no layer has the matrix. */
+int64_t split_col_granule(const model_weights *w, int role, int64_t unit);
 
 /* Plans the request.  HYDRA_ERR_INVALID_ARG for a bad mode, device count,
  * main GPU or ratio; HYDRA_ERR_RANGE, naming the device and every part's
@@ -114,8 +139,10 @@ int split_parse_ratios(const char *text, float *ratios, int max);
  * weights from the mapping (its slab's experts, or, on the main part,
  * the CPU pass's) and skips the experts computed elsewhere.
  * Row slices point into w's mapping; column slices are host copies the
- * view owns (F32 where a head boundary cuts a quant block).  w must
- * outlive the view. */
+ * view owns, whole quant blocks in the model's type; an unsplit sublayer
+ * (split_plan's heads_whole, or an FFN too narrow to cut in blocks) is
+ * whole on every part, its output projection zero blocks off the main
+ * part.  w must outlive the view. */
 typedef struct split_view {
     model_weights w;
     layer_weights *layer;

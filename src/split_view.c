@@ -8,9 +8,25 @@
  *   rows    (Q, K, V and their biases, FFN gate/up, sinks): a pointer into
  *           the mapping, no copy
  *   columns (attention output, FFN down): each row's range of whole quant
- *           blocks copied; where a head boundary falls inside a block
- *           (tiny models: 128 columns of a 256-value Q5_K block) the range
- *           is decoded to F32 by the type's exact scalar reference
+ *           blocks copied, in the model's type.  The plan cuts KV heads and
+ *           FFN columns in granules of whole blocks (split_col_granule), so
+ *           a slice never cuts a block: a slice decoded to F32 would be a
+ *           product without the 8-bit activations of the quantised kernels,
+ *           and that rounding alone moved qwen3moe-kq-q4_k_m's greedy run
+ *           (token 6 of 32, session 5).
+ *   unsplit a sublayer with fewer whole blocks of output columns than
+ *           parts (tiny models: 4 heads x 64 = one 256-value Q5_K block)
+ *           is held whole by every part, and every part but the main one
+ *           gets its output projection as zero blocks of the same type and
+ *           shape (all-zero bytes decode to 0 in every type: the block
+ *           scale is 0).  Its partial is then exactly 0, so the all-reduce
+ *           gives the main part's output, bit for bit the one-GPU
+ *           sublayer, with no change to the step or the sums.  Chosen over
+ *           "main part only, the others skip it" because a part with no
+ *           KV heads or no FFN width would need its own step code; the
+ *           price, the other parts repeating that sublayer beside the
+ *           main one, only arises where a layer's whole sublayer is one
+ *           or a few blocks wide.
  *   experts the stacks of [exp0, exp1) (the session maps every other
  *           expert to zeros, gpu_tensor.c); the per-expert down bias keeps
  *           only the part's experts, so each expert's bias is added once
@@ -58,7 +74,8 @@ static void slice_rows(wtensor *t, int64_t r0, int64_t r1)
     t->mat_bytes = t->row_bytes * (size_t)t->ne[1];
 }
 
-/* Columns [c0, c1) of every row, copied. */
+/* Columns [c0, c1) of every row, copied in whole blocks (the plan's cuts
+ * are on block boundaries; anything else is a planning bug, refused). */
 static hydra_status slice_cols(split_view *v, wtensor *t, int64_t c0, int64_t c1, const char *what)
 {
     if (t->data == NULL)
@@ -67,32 +84,33 @@ static hydra_status slice_cols(split_view *v, wtensor *t, int64_t c0, int64_t c1
     if (qt == NULL || qt->block_size == 0)
         return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor: %s has type id %u", what, t->type);
     const int64_t bs = qt->block_size, rows = t->ne[1] * t->ne[2], cols = c1 - c0;
-    const bool whole = c0 % bs == 0 && (c1 % bs == 0 || c1 == t->ne[0]);
-    if (!whole && qt->to_float == NULL)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor: %s (%s): columns %lld-%lld cut its %lld-value blocks",
+    if (c0 % bs != 0 || (c1 % bs != 0 && c1 != t->ne[0]))
+        return hydra_fail(HYDRA_ERR_INVALID_ARG, "-sm tensor: %s (%s): columns %lld-%lld cut its %lld-value blocks",
                           what, qt->name, (long long)c0, (long long)c1 - 1, (long long)bs);
-    const size_t row_out = whole ? (size_t)(cols / bs) * qt->type_size : sizeof(float) * (size_t)cols;
+    const size_t row_out = (size_t)((cols + bs - 1) / bs) * qt->type_size;
     uint8_t *dst = view_alloc(v, row_out * (size_t)rows);
-    float *tmp = whole ? NULL : malloc(sizeof(float) * (size_t)t->ne[0]);
-    if (dst == NULL || (!whole && tmp == NULL)) {
-        free(tmp);
+    if (dst == NULL)
         return hydra_fail(HYDRA_ERR_NOMEM, "-sm tensor: a copy of %s", what);
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *src = t->data + (size_t)r * t->row_bytes;
-        if (whole) {
-            memcpy(dst + (size_t)r * row_out, src + (size_t)(c0 / bs) * qt->type_size, row_out);
-        } else {
-            qt->to_float(src, tmp, t->ne[0]);
-            memcpy(dst + (size_t)r * row_out, tmp + c0, row_out);
-        }
-    }
-    free(tmp);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * row_out, t->data + (size_t)r * t->row_bytes + (size_t)(c0 / bs) * qt->type_size,
+               row_out);
     t->data = dst;
-    t->type = whole ? t->type : QT_F32;
     t->ne[0] = cols;
     t->row_bytes = row_out;
     t->mat_bytes = row_out * (size_t)t->ne[1];
+    return HYDRA_OK;
+}
+
+/* An unsplit sublayer's output projection off the main part: zero blocks
+ * of the same type and shape, so the part's partial sum is exactly 0. */
+static hydra_status zero_matrix(split_view *v, wtensor *t, const char *what)
+{
+    if (t->data == NULL)
+        return HYDRA_OK;
+    uint8_t *zeros = view_alloc(v, t->mat_bytes * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1));
+    if (zeros == NULL)
+        return hydra_fail(HYDRA_ERR_NOMEM, "-sm tensor: zeros for %s", what);
+    t->data = zeros;
     return HYDRA_OK;
 }
 
@@ -121,6 +139,8 @@ static void slice_experts(split_view *v, wtensor *t)
 typedef struct cuts {
     int64_t q0, q1, k0, k1, v0, v1, o0, o1; /* Q rows, K rows, V rows, output columns */
     int64_t h0, h1;                           /* query heads (sinks) */
+    bool heads_whole;                         /* attention not split (split_plan) */
+    int64_t ff_granule, shexp_granule;        /* FFN columns per whole block run of each down matrix */
 } cuts;
 
 static hydra_status view_attention(split_view *v, layer_weights *lw, const cuts *c, bool main)
@@ -134,20 +154,26 @@ static hydra_status view_attention(split_view *v, layer_weights *lw, const cuts 
         slice_rows(&lw->w[rows[i].role], lo[rows[i].which], hi[rows[i].which]);
     if (!main)
         lw->w[W_ATTN_OUT_BIAS] = (wtensor){0};
+    if (c->heads_whole)
+        return main ? HYDRA_OK : zero_matrix(v, &lw->w[W_ATTN_OUT], "attn_output");
     return slice_cols(v, &lw->w[W_ATTN_OUT], c->o0, c->o1, "attn_output");
 }
 
 /* A GLU FFN (dense or shared expert): gate/up rows and down columns
- * [f0, f1), cut in the down matrix's blocks.  *width: the part's. */
+ * [f0, f1), cut in whole blocks of the down matrix (granule columns);
+ * too narrow for that: whole, its down zero off the main part.  *width:
+ * the part's. */
 static hydra_status view_ffn(split_view *v, const split_plan *plan, int part, layer_weights *lw, arch_role gate,
-                             arch_role up, arch_role down, uint32_t *width)
+                             arch_role up, arch_role down, int64_t granule, uint32_t *width)
 {
     wtensor *d = &lw->w[down];
     if (d->data == NULL)
         return HYDRA_OK;
-    const quant_traits *qt = quant_traits_of(d->type);
     int64_t f0, f1;
-    split_cut(plan, part, d->ne[0], qt != NULL && qt->block_size > 0 ? qt->block_size : 1, &f0, &f1);
+    if (!split_cut_blocks(plan, part, d->ne[0], granule, &f0, &f1)) {
+        *width = (uint32_t)d->ne[0];
+        return plan->part[part].head ? HYDRA_OK : zero_matrix(v, d, arch_tensor_specs[down].name);
+    }
     slice_rows(&lw->w[gate], f0, f1);
     slice_rows(&lw->w[up], f0, f1);
     *width = (uint32_t)(f1 - f0);
@@ -159,9 +185,10 @@ static hydra_status view_layer(split_view *v, const split_plan *plan, int part, 
 {
     hydra_status st = view_attention(v, lw, c, plan->part[part].head);
     if (st == HYDRA_OK)
-        st = view_ffn(v, plan, part, lw, W_FFN_GATE, W_FFN_UP, W_FFN_DOWN, &v->w.hp.n_ff);
+        st = view_ffn(v, plan, part, lw, W_FFN_GATE, W_FFN_UP, W_FFN_DOWN, c->ff_granule, &v->w.hp.n_ff);
     if (st == HYDRA_OK)
-        st = view_ffn(v, plan, part, lw, W_SHEXP_GATE, W_SHEXP_UP, W_SHEXP_DOWN, &v->w.hp.n_ff_shexp);
+        st = view_ffn(v, plan, part, lw, W_SHEXP_GATE, W_SHEXP_UP, W_SHEXP_DOWN, c->shexp_granule,
+                      &v->w.hp.n_ff_shexp);
     if (all_experts || st != HYDRA_OK)
         return st;
     static const arch_role stacks[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN};
@@ -196,7 +223,9 @@ hydra_status split_view_make(split_view *v, const model_weights *w, const split_
                     .k0 = q->head0 * (int64_t)hp->head_dim_k, .k1 = q->head1 * (int64_t)hp->head_dim_k,
                     .v0 = q->head0 * (int64_t)hp->head_dim_v, .v1 = q->head1 * (int64_t)hp->head_dim_v,
                     .o0 = q->head0 * group * hp->head_dim_v, .o1 = q->head1 * group * hp->head_dim_v,
-                    .h0 = q->head0 * group, .h1 = q->head1 * group};
+                    .h0 = q->head0 * group, .h1 = q->head1 * group, .heads_whole = plan->heads_whole,
+                    .ff_granule = split_col_granule(w, W_FFN_DOWN, 1),
+                    .shexp_granule = split_col_granule(w, W_SHEXP_DOWN, 1)};
     v->w.hp.n_head_kv = (uint32_t)(q->head1 - q->head0);
     v->w.hp.n_head = (uint32_t)((q->head1 - q->head0) * group);
     if (!q->head) /* the output head runs on the main part only */

@@ -92,6 +92,36 @@ static bool rows_at(const wtensor *whole, const wtensor *part, int64_t r0)
     return part->data == whole->data + (size_t)r0 * (vector ? sizeof(float) : whole->row_bytes);
 }
 
+static bool all_zero(const wtensor *t)
+{
+    const size_t n = t->mat_bytes * (size_t)t->ne[2];
+    for (size_t i = 0; i < n; i++)
+        if (t->data[i] != 0)
+            return false;
+    return true;
+}
+
+/* An output projection (attention output, FFN down) of a part: a slice of
+ * whole quant blocks in the model's own type starting at column c0 (never
+ * decoded to F32, never cut inside a block), or, unsplit (the part holds
+ * every column), the model's matrix on the main part and zero blocks of the
+ * same type and shape elsewhere.  *cols: the columns this part adds. */
+static bool out_proj_ok(const wtensor *whole, const wtensor *part, int64_t c0, bool main, int64_t *cols)
+{
+    *cols = 0;
+    if (whole->data == NULL)
+        return part->data == NULL;
+    if (part->type != whole->type || part->ne[1] != whole->ne[1] || part->ne[2] != whole->ne[2])
+        return false;
+    if (part->ne[0] == whole->ne[0]) { /* unsplit */
+        *cols = main ? whole->ne[0] : 0;
+        return main ? part->data == whole->data : part->data != whole->data && all_zero(part);
+    }
+    const int64_t bs = quant_traits_of(whole->type)->block_size;
+    *cols = part->ne[0];
+    return c0 % bs == 0 && (c0 + part->ne[0]) % bs == 0 && cols_match(whole, part, c0);
+}
+
 typedef struct sums {
     int64_t kv, q_rows, out_cols, ff, shexp, experts;
 } sums;
@@ -106,6 +136,8 @@ static void check_part(test_ctx *t_, const model_weights *w, const split_plan *p
     CHECK_EQ_INT(v.w.hp.n_head_kv, q->head1 - q->head0);
     CHECK_EQ_INT(v.w.hp.n_head, (q->head1 - q->head0) * group);
     CHECK(q->head1 > q->head0); /* at least one KV head each */
+    CHECK(!p->heads_whole || (q->head0 == 0 && q->head1 == (int)hp->n_head_kv));
+    int64_t out_cols = 0, shexp_cols = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *a = &w->layer[l], *b = &v.layer[l];
         CHECK(rows_at(&a->w[W_ATTN_Q], &b->w[W_ATTN_Q], q->head0 * dq));
@@ -114,11 +146,12 @@ static void check_part(test_ctx *t_, const model_weights *w, const split_plan *p
         CHECK(rows_at(&a->w[W_ATTN_K_BIAS], &b->w[W_ATTN_K_BIAS], q->head0 * (int64_t)hp->head_dim_k));
         CHECK(rows_at(&a->w[W_ATTN_V], &b->w[W_ATTN_V], q->head0 * (int64_t)hp->head_dim_v));
         CHECK(rows_at(&a->w[W_ATTN_SINKS], &b->w[W_ATTN_SINKS], q->head0 * group));
-        CHECK(cols_match(&a->w[W_ATTN_OUT], &b->w[W_ATTN_OUT], q->head0 * dv));
+        CHECK(out_proj_ok(&a->w[W_ATTN_OUT], &b->w[W_ATTN_OUT], q->head0 * dv, q->head, &out_cols));
+        CHECK(p->heads_whole == (b->w[W_ATTN_OUT].ne[0] == a->w[W_ATTN_OUT].ne[0] && p->n_part > 1));
         CHECK((b->w[W_ATTN_OUT_BIAS].data != NULL) == (q->head && a->w[W_ATTN_OUT_BIAS].data != NULL));
         const int64_t f0 = b->w[W_SHEXP_UP].data != NULL ? (b->w[W_SHEXP_UP].data - a->w[W_SHEXP_UP].data) /
                                                              (int64_t)a->w[W_SHEXP_UP].row_bytes : 0;
-        CHECK(cols_match(&a->w[W_SHEXP_DOWN], &b->w[W_SHEXP_DOWN], f0));
+        CHECK(out_proj_ok(&a->w[W_SHEXP_DOWN], &b->w[W_SHEXP_DOWN], f0, q->head, &shexp_cols));
         CHECK(rows_at(&a->w[W_SHEXP_GATE], &b->w[W_SHEXP_GATE], f0));
         CHECK(b->w[W_MOE_DOWN].data == a->w[W_MOE_DOWN].data + (size_t)q->exp0 * a->w[W_MOE_DOWN].mat_bytes);
         CHECK_EQ_INT(b->w[W_MOE_GATE].ne[2], q->exp1 - q->exp0);
@@ -135,15 +168,18 @@ static void check_part(test_ctx *t_, const model_weights *w, const split_plan *p
     }
     CHECK((v.w.global[W_OUTPUT].data != NULL) == (q->head && w->global[W_OUTPUT].data != NULL));
     CHECK(v.w.global[W_TOKEN_EMBD].data == w->global[W_TOKEN_EMBD].data);
-    s->kv += v.w.hp.n_head_kv;
-    s->q_rows += v.layer[0].w[W_ATTN_Q].ne[1];
-    s->out_cols += v.layer[0].w[W_ATTN_OUT].ne[0];
-    s->shexp += v.layer[0].w[W_SHEXP_DOWN].data != NULL ? v.layer[0].w[W_SHEXP_DOWN].ne[0] : 0;
+    s->kv += p->heads_whole ? 0 : v.w.hp.n_head_kv;
+    s->q_rows += p->heads_whole ? 0 : v.layer[0].w[W_ATTN_Q].ne[1];
+    s->out_cols += out_cols; /* the last layer's; every layer is cut alike */
+    s->shexp += shexp_cols;
     s->experts += v.exp1 - v.exp0;
     split_view_free(&v);
 }
 
-static void check_model(test_ctx *t_, const char *name)
+/* Every part of plans with equal and uneven -ts and either main GPU;
+ * heads_whole: the attention output has fewer whole blocks (in KV heads)
+ * than parts, so the plan must leave attention unsplit. */
+static void check_model(test_ctx *t_, const char *name, bool heads_whole)
 {
     loaded ld;
     CHECK_OK(load(name, &ld));
@@ -154,12 +190,13 @@ static void check_model(test_ctx *t_, const char *name)
             split_plan p;
             CHECK_OK(plan_of(&ld.w, ts[k], main_gpu, &p));
             CHECK_EQ_INT(p.n_part, 2);
+            CHECK(p.heads_whole == heads_whole);
             sums s = {0};
             for (int i = 0; i < p.n_part; i++)
                 check_part(t_, &ld.w, &p, i, &s);
             const wtensor *shexp = &ld.w.layer[0].w[W_SHEXP_DOWN];
-            CHECK_EQ_INT(s.kv, ld.w.hp.n_head_kv);
-            CHECK_EQ_INT(s.q_rows, ld.w.layer[0].w[W_ATTN_Q].ne[1]);
+            CHECK_EQ_INT(s.kv, heads_whole ? 0 : ld.w.hp.n_head_kv);
+            CHECK_EQ_INT(s.q_rows, heads_whole ? 0 : ld.w.layer[0].w[W_ATTN_Q].ne[1]);
             CHECK_EQ_INT(s.out_cols, ld.w.layer[0].w[W_ATTN_OUT].ne[0]);
             CHECK_EQ_INT(s.shexp, shexp->data != NULL ? shexp->ne[0] : 0);
             CHECK_EQ_INT(s.experts, ld.w.hp.n_expert);
@@ -167,31 +204,90 @@ static void check_model(test_ctx *t_, const char *name)
     unload(&ld);
 }
 
-/* Q5_K output projection, 128 columns per KV head: the F32 fallback. */
+/* Q5_K attention output, 4 heads x 64 = one 256-value block per row: no
+ * cut on a block boundary for 2 parts, so attention is unsplit (the main
+ * part's output, zero blocks on the other). */
 TEST(split_view_qwen3moe_kq_q4_k_m)
 {
     REQUIRE_SHARED();
-    check_model(TEST_CTX, "qwen3moe-kq-q4_k_m");
+    check_model(TEST_CTX, "qwen3moe-kq-q4_k_m", true);
 }
 
 /* Q/K/V biases and a shared expert with its gate. */
 TEST(split_view_qwen2moe_tiny_q8_0)
 {
     REQUIRE_SHARED();
-    check_model(TEST_CTX, "qwen2moe-tiny-q8_0");
+    check_model(TEST_CTX, "qwen2moe-tiny-q8_0", false);
 }
 
 /* Sinks, the output bias, per-expert biases, MXFP4 experts. */
 TEST(split_view_gptoss_tiny_mxfp4)
 {
     REQUIRE_SHARED();
-    check_model(TEST_CTX, "gptoss-tiny-mxfp4");
+    check_model(TEST_CTX, "gptoss-tiny-mxfp4", false);
 }
 
 TEST(split_view_mixtral_tiny_q4_0)
 {
     REQUIRE_SHARED();
-    check_model(TEST_CTX, "mixtral-tiny-q4_0");
+    check_model(TEST_CTX, "mixtral-tiny-q4_0", false);
+}
+
+TEST(split_view_qwen3moe_tiny_q8_0)
+{
+    REQUIRE_SHARED();
+    check_model(TEST_CTX, "qwen3moe-tiny-q8_0", false);
+}
+
+/* Every shared model a tensor split takes (not latent attention), 2 to 4
+ * parts with equal and skewed shares: no part's output projection slice
+ * cuts a quant block or changes type (out_proj_ok), whatever the shares. */
+TEST(split_view_no_slice_cuts_a_block)
+{
+    REQUIRE_SHARED();
+    static const char *const models[] = {"qwen3moe-kq-q4_k_m", "qwen3moe-kq-iq2_xxs", "qwen3moe-kq-iq3_xxs",
+                                         "qwen3moe-kq-iq4_xs", "qwen3moe-tiny-q8_0", "qwen3moe-tiny-f32",
+                                         "mixtral-tiny-q4_0", "mixtral-tiny-f16", "qwen2moe-tiny-q8_0",
+                                         "gptoss-tiny-mxfp4"};
+    static const float shares[][4] = {{1, 1, 0, 0}, {1, 3, 0, 0}, {1, 1, 1, 0}, {5, 1, 1, 0}, {1, 1, 1, 1}};
+    const uint64_t avail[4] = {1ull << 40, 1ull << 40, 1ull << 40, 1ull << 40};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        loaded ld;
+        CHECK_OK(load(models[k], &ld));
+        split_model m;
+        uint64_t *lb = NULL;
+        CHECK_OK(split_model_of(&m, &lb, &ld.w, 256, 64, QT_F16, false));
+        for (size_t c = 0; c < sizeof shares / sizeof shares[0]; c++) {
+            const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 4, .avail = avail, .ratios = shares[c]};
+            split_plan p;
+            CHECK_OK(split_plan_make(&p, &m, &r));
+            for (int i = 0; i < p.n_part; i++) {
+                split_view v;
+                CHECK_OK(split_view_make(&v, &ld.w, &p, i, false));
+                int64_t cols = 0;
+                for (uint32_t l = 0; l < ld.w.hp.n_layer; l++) {
+                    static const arch_role outs[] = {W_ATTN_OUT, W_FFN_DOWN, W_SHEXP_DOWN};
+                    const int64_t group = ld.w.hp.n_head / ld.w.hp.n_head_kv;
+                    const int64_t at[] = {p.part[i].head0 * group * ld.w.hp.head_dim_v,
+                                          v.layer[l].w[W_FFN_UP].data == NULL ? 0 :
+                                          (v.layer[l].w[W_FFN_UP].data - ld.w.layer[l].w[W_FFN_UP].data) /
+                                              (int64_t)ld.w.layer[l].w[W_FFN_UP].row_bytes,
+                                          v.layer[l].w[W_SHEXP_UP].data == NULL ? 0 :
+                                          (v.layer[l].w[W_SHEXP_UP].data - ld.w.layer[l].w[W_SHEXP_UP].data) /
+                                              (int64_t)ld.w.layer[l].w[W_SHEXP_UP].row_bytes};
+                    for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
+                        if (!out_proj_ok(&ld.w.layer[l].w[outs[o]], &v.layer[l].w[outs[o]], at[o], p.part[i].head,
+                                         &cols))
+                            FAIL("%s, -ts %g,%g,%g,%g, part %d, layer %u: %s is not whole blocks of the model's",
+                                 models[k], shares[c][0], shares[c][1], shares[c][2], shares[c][3], i, l,
+                                 arch_tensor_specs[outs[o]].name);
+                }
+                split_view_free(&v);
+            }
+        }
+        free(lb);
+        unload(&ld);
+    }
 }
 
 /* all_experts (the hybrid slab of a tensor split): the routed stacks and
@@ -235,7 +331,8 @@ TEST(split_view_refuses_latent_attention)
 }
 
 /* Uneven -ts: every part keeps at least one unit of each cut, the rest
- * follows the ratios; too few KV heads for the devices says so. */
+ * follows the ratios; fewer KV heads (in whole-block granules) than
+ * devices: attention unsplit, every part all heads, the FFN still cut. */
 TEST(split_tensor_min_one_unit_and_too_few_heads)
 {
     int64_t b[4];
@@ -254,8 +351,26 @@ TEST(split_tensor_min_one_unit_and_too_few_heads)
     const uint64_t avail[3] = {1ull << 40, 1ull << 40, 1ull << 40};
     split_plan p;
     const split_request three = {.mode = SPLIT_TENSOR, .n_dev = 3, .avail = avail, .main_gpu = 0};
-    CHECK_EQ_INT(split_plan_make(&p, &m, &three), HYDRA_ERR_INVALID_ARG);
-    CHECK(strstr(hydra_last_error(), "2 KV heads cannot be shared by 3 devices") != NULL);
+    CHECK_OK(split_plan_make(&p, &m, &three));
+    CHECK(p.heads_whole && !p.ff_whole);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(p.part[i].head0, 0);
+        CHECK_EQ_INT(p.part[i].head1, 2);
+        CHECK(p.part[i].ff0 % 32 == 0 && p.part[i].ff1 % 32 == 0 && p.part[i].ff1 > p.part[i].ff0);
+        CHECK_EQ_INT(p.part[i].ff0, i == 0 ? 0 : p.part[i - 1].ff1);
+    }
+    CHECK_EQ_INT(p.part[2].ff1, 512);
+    split_model grouped = m; /* 8 KV heads whose output columns make a block every 2 heads */
+    grouped.n_head_kv = 8;
+    grouped.head_granule = 2;
+    CHECK_OK(split_plan_make(&p, &grouped, &three));
+    CHECK(!p.heads_whole);
+    for (int i = 0; i < 3; i++)
+        CHECK(p.part[i].head0 % 2 == 0 && p.part[i].head1 % 2 == 0 && p.part[i].head1 > p.part[i].head0);
+    grouped.head_granule = 4; /* 2 granules for 3 devices */
+    grouped.ff_granule = 256; /* 2 blocks for 3 devices */
+    CHECK_OK(split_plan_make(&p, &grouped, &three));
+    CHECK(p.heads_whole && p.ff_whole);
     const float ts[3] = {1, 0, 1}; /* a zero share takes no part */
     const split_request two = {.mode = SPLIT_TENSOR, .n_dev = 3, .avail = avail, .ratios = ts, .main_gpu = 2};
     CHECK_OK(split_plan_make(&p, &m, &two));
