@@ -413,6 +413,7 @@ HEADER = """/*
  *                                       set = coordinate j negative; bit 7
  *                                       keeps the count of negatives even)
  *   iq_ksigns_pm1                       the same as 8 int8 factors +1 / -1
+ *   iq1s_grid_p1 (CPU only)             iq1s_grid plus 1: 8 bytes in {0, 1, 2}
  *
  * Each includer gets its own copy, qualified by IQ_GRID_TABLE (default
  * "static const"; CUDA code defines it as "static const __device__" before
@@ -429,6 +430,22 @@ HEADER = """/*
 """
 
 
+def grid_plus_one(words):
+    """Every int8 coordinate of 8-byte points plus 1, byte by byte (no
+    carries between bytes): {-1, 0, 1} -> {0, 1, 2}."""
+    return [sum(((w >> (8 * j) & 0xFF) + 1 & 0xFF) << (8 * j) for j in range(8)) for w in words]
+
+
+# The x86 IQ1_S kernel multiplies these unsigned bytes with the signed
+# activations directly (vpmaddubsw) and takes the "+ 1" back with the
+# activations' block sums; the CUDA code does not use it, so it stays out of
+# the device tables.
+IQ1S_P1_NOTE = """/* iq1s_grid + 1 per coordinate: an unsigned operand for the CPU's IQ1_S
+ * kernel (it takes the + 1 back with the activations' block sums). */
+#if !defined(__CUDACC__)
+"""
+
+
 def generate():
     parts, digest = [], hashlib.sha256()
     for name, hexstr, n, coords, levels, bits in GRIDS:
@@ -441,10 +458,13 @@ def generate():
         ctype, digits = ("uint64_t", 16) if coords == 8 else ("uint32_t", 8)
         digest.update(b"".join(w.to_bytes(coords, "little") for w in words))
         parts.append(table(ctype, name, words, digits, 4 if coords == 8 else 8))
+        if name == "iq1s_grid":
+            iq1s_words = words
     signs = ksigns()
     pm1 = [sum((0xFF if s >> j & 1 else 0x01) << (8 * j) for j in range(8)) for s in signs]
     parts.append(table("uint8_t", "iq_ksigns", signs, 2, 16))
     parts.append(table("uint64_t", "iq_ksigns_pm1", pm1, 16, 4))
+    parts.append(IQ1S_P1_NOTE + table("uint64_t", "iq1s_grid_p1", grid_plus_one(iq1s_words), 16, 4) + "\n#endif")
     return HEADER % digest.hexdigest() + "\n" + "\n\n".join(parts) + "\n\n#endif\n"
 
 
