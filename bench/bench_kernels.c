@@ -4,7 +4,8 @@
  * bytes read and GFLOP/s (2 flops per weight); matrix-matrix (-p tokens,
  * prefill) with -t threads; and "matvec L2", one thread over 256 KiB of
  * the rows read again and again, the kernel's speed without memory in the
- * way.  Every repetition is paired with one probe pass run just before it:
+ * way, and the same with -t threads over 256 KiB each (whether all threads
+ * together are bound by memory or by the cores).  Every repetition is paired with one probe pass run just before it:
  * each row shows the probe's median over its own repetitions and the
  * kernel's median as a share of it.
  *
@@ -115,28 +116,28 @@ static void print_row(const char *type, const char *test, int threads, const wei
     fflush(stdout);
 }
 
-/* The first rows of the first part, IN_CACHE_BYTES of them, read
- * IN_CACHE_PASSES times per repetition: the kernel's own speed, with the
- * weights in L2, which says whether a type can keep up with memory. */
+/* The first rows of the first part, IN_CACHE_BYTES per thread of them,
+ * read IN_CACHE_PASSES times per repetition: the kernel's own speed, with
+ * the weights in L2 (or, as threads claim chunks anew each pass, in the
+ * last-level cache), which says whether a type can keep up with memory. */
 enum { IN_CACHE_BYTES = 256 << 10, IN_CACHE_PASSES = 64 };
 
-static weights cache_view(const weights *w)
+static void cache_view(const weights *w, int threads, weights *v)
 {
     const quant_traits *t = quant_traits_of(w->type);
     uint64_t row_bytes = (uint64_t)(w->n[0] / t->block_size * t->type_size);
-    int64_t rows = (int64_t)(IN_CACHE_BYTES / row_bytes) / 4 * 4;
+    int64_t rows = (int64_t)((uint64_t)IN_CACHE_BYTES * (uint64_t)threads / row_bytes) / 4 * 4;
     if (rows < 1)
         rows = 1;
     if (rows > w->rows[0])
         rows = w->rows[0];
-    weights v = *w;
-    v.n_parts = 1;
-    v.rows = &v.one_rows;
-    v.one_rows = rows;
-    v.passes = IN_CACHE_PASSES;
-    v.bytes = (uint64_t)rows * row_bytes;
-    v.weights_total = (uint64_t)rows * (uint64_t)w->n[0];
-    return v;
+    *v = *w;
+    v->n_parts = 1;
+    v->rows = &v->one_rows; /* v's own: a returned copy would point at a dead one */
+    v->one_rows = rows;
+    v->passes = IN_CACHE_PASSES;
+    v->bytes = (uint64_t)rows * row_bytes;
+    v->weights_total = (uint64_t)rows * (uint64_t)w->n[0];
 }
 
 static void run_type(thread_pool *one, thread_pool *all, bench_probe *probe, const weights *w, const bench_options *o)
@@ -148,7 +149,8 @@ static void run_type(thread_pool *one, thread_pool *all, bench_probe *probe, con
     } else {
         row_stats rs;
         char test[32];
-        weights in_cache = cache_view(w);
+        weights in_cache, in_caches;
+        cache_view(w, 1, &in_cache);
         time_kernel(one, probe, &in_cache, 1, o, &ab, &rs);
         print_row(name, "matvec L2", 1, &in_cache, &rs);
         time_kernel(one, probe, w, 1, o, &ab, &rs);
@@ -156,6 +158,9 @@ static void run_type(thread_pool *one, thread_pool *all, bench_probe *probe, con
         if (o->threads > 1) {
             time_kernel(all, probe, w, 1, o, &ab, &rs);
             print_row(name, "matvec", o->threads, w, &rs);
+            cache_view(w, o->threads, &in_caches);
+            time_kernel(all, probe, &in_caches, 1, o, &ab, &rs);
+            print_row(name, "matvec L2", o->threads, &in_caches, &rs);
         }
         snprintf(test, sizeof test, "matmul p%d", o->prompt);
         time_kernel(all, probe, w, o->prompt, o, &ab, &rs);
