@@ -37,7 +37,7 @@ typedef struct split_cfg {
     int main_gpu;
     bool hybrid;
     const char *desc;
-    bool kl_only; /* the KL bars only, not the greedy ids (see tensor_f32_cfgs) */
+    bool kl_only; /* the KL bars only, not the greedy ids (hybrid: misses on the CPU) */
     uint64_t budget; /* --vram-budget per device; 0: none (hybrid: a 50% slab) */
 } split_cfg;
 
@@ -60,7 +60,12 @@ static hydra_status open_session(hydra_model *m, const split_cfg *c, hydra_sessi
     return hydra_session_create(s, m, &p);
 }
 
-/* The prompt's rows (one batch, then token by token) and the greedy ids. */
+/* The prompt's rows (one batch, then token by token) and the greedy ids.
+ * The greedy run continues the prompt evaluated in one batch, as the
+ * reference's did (llama.cpp's prompt batch, ../shared/ref/README.md) and
+ * as test_cuda_model.c's: after the token-by-token prompt instead,
+ * qwen3moe-kq-q4_k_m's token 6 flips on one GPU already (a near-tie
+ * between the decode and the prefill kernels' rounding). */
 typedef struct run_out {
     float *batch, *tbt;
     int32_t greedy[REF_GREEDY];
@@ -72,13 +77,13 @@ static hydra_status run(hydra_model *m, const split_cfg *c, const ref_case *r, r
     hydra_status st = open_session(m, c, &s);
     if (st == HYDRA_OK)
         st = hydra_session_eval(s, r->prompt, REF_PROMPT, o->batch);
-    hydra_session_clear(s);
-    for (int i = 0; i < REF_PROMPT && st == HYDRA_OK; i++)
-        st = hydra_session_eval(s, r->prompt + i, 1, o->tbt + (size_t)i * r->n_vocab);
     for (int i = 0; i < REF_GREEDY && st == HYDRA_OK; i++) {
         o->greedy[i] = ref_argmax(hydra_session_logits(s), r->n_vocab);
         st = hydra_session_decode(s, o->greedy[i]);
     }
+    hydra_session_clear(s);
+    for (int i = 0; i < REF_PROMPT && st == HYDRA_OK; i++)
+        st = hydra_session_eval(s, r->prompt + i, 1, o->tbt + (size_t)i * r->n_vocab);
     hydra_session_free(s);
     return st;
 }
@@ -106,16 +111,24 @@ static void run_model(test_ctx *t_, const char *name, const split_cfg *cfgs, int
         const ref_score b = ref_score_rows(ref, two.batch, REF_PROMPT, r.n_vocab);
         const ref_score tb = ref_score_rows(ref, two.tbt, REF_PROMPT, r.n_vocab);
         const ref_score vs1 = ref_score_rows(one.tbt, two.tbt, REF_PROMPT, r.n_vocab);
-        int same = 0;
+        int same = 0, as_ref = 0;
         while (same < REF_GREEDY && one.greedy[same] == two.greedy[same])
             same++;
+        while (as_ref < REF_GREEDY && r.greedy[as_ref] == two.greedy[as_ref])
+            as_ref++;
         printf("  %-20s %-26s batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | vs 1 GPU KL %.2e | greedy "
-               "same as 1 GPU %d/%d\n", name, cfgs[i].desc, b.kl, b.top1, tb.kl, tb.top1, vs1.kl, same, REF_GREEDY);
+               "same as 1 GPU %d/%d, as llama.cpp %d (bar %d)\n", name, cfgs[i].desc, b.kl, b.top1, tb.kl, tb.top1,
+               vs1.kl, same, REF_GREEDY, as_ref, r.min_greedy_match);
         if (!ref_passes(&r, b) || !ref_passes(&r, tb) || !ref_passes(&r, vs1))
             snprintf(why, sizeof why, "%s %s: KL %.3g / %.3g / vs one GPU %.3g (max %.3g)", name, cfgs[i].desc, b.kl,
                      tb.kl, vs1.kl, r.max_kl_mean);
-        else if (same < REF_GREEDY && !cfgs[i].hybrid && !cfgs[i].kl_only) /* hybrid: misses on the CPU */
+        else if (cfgs[i].hybrid || cfgs[i].kl_only) /* hybrid: misses on the CPU, the KL bars only */
+            continue;
+        else if (same < REF_GREEDY)
             snprintf(why, sizeof why, "%s %s: greedy differs from one GPU at token %d", name, cfgs[i].desc, same);
+        else if (as_ref < r.min_greedy_match)
+            snprintf(why, sizeof why, "%s %s: greedy matches llama.cpp's for %d tokens, the bar is %d", name,
+                     cfgs[i].desc, as_ref, r.min_greedy_match);
     }
     if (st != HYDRA_OK)
         snprintf(why, sizeof why, "%s: %s: %s", name, hydra_strerror(st), hydra_last_error());
@@ -157,27 +170,28 @@ TEST(cuda_multi_layer_hybrid_slab)
 }
 
 /* -sm tensor: partial sums in another order than one GPU's, so the KL
- * bars against one GPU and llama.cpp, and the greedy ids equal. */
+ * bars against one GPU and llama.cpp; the greedy ids equal one GPU's and
+ * match llama.cpp's for tolerances.json's min_greedy_match.  Every shared
+ * model the tensor split takes (deepseek2's latent attention is refused:
+ * cuda_multi_tensor_refusals).  The qwen3moe-kq files' attention output
+ * is one 256-value block per row (4 heads x 64), so their attention is
+ * not split (split_view.c): the main part's, bit for bit one GPU's. */
 static const split_cfg tensor_cfgs[] = {
     {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor", false, 0},
     {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1", false, 0},
 };
 
-/* qwen3moe-kq-q4_k_m's attention output is Q5_K, 256-value blocks, cut at
- * 128 columns per KV head: each part's slice is F32 (split_view.c), a
- * product without 8-bit activations, so the logits move more than the
- * order of sums does (KL vs one GPU 6.5e-4 on the 2x H200, within the
- * bar), and this file's greedy run has a near-tie at token 6 (the hybrid
- * layer split flips there too): the KL bars only. */
-static const split_cfg tensor_f32_cfgs[] = {
-    {HYDRA_SPLIT_TENSOR, {0, 0}, 0, false, "-sm tensor (F32 slice)", true, 0},
-    {HYDRA_SPLIT_TENSOR, {3, 1}, 1, false, "-sm tensor -ts 3,1 -mg 1 (F32)", true, 0},
-};
-
-MULTI_TEST(tensor_f32, qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
+MULTI_TEST(tensor, qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m")
+MULTI_TEST(tensor, qwen3moe_kq_iq4_xs, "qwen3moe-kq-iq4_xs")
+MULTI_TEST(tensor, qwen3moe_kq_iq2_xxs, "qwen3moe-kq-iq2_xxs")
+MULTI_TEST(tensor, qwen3moe_kq_iq3_xxs, "qwen3moe-kq-iq3_xxs")
+MULTI_TEST(tensor, qwen3moe_tiny_f32, "qwen3moe-tiny-f32")
 MULTI_TEST(tensor, qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
+MULTI_TEST(tensor, mixtral_tiny_f16, "mixtral-tiny-f16")
 MULTI_TEST(tensor, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
+MULTI_TEST(tensor, qwen2moe_tiny_f32, "qwen2moe-tiny-f32")
 MULTI_TEST(tensor, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+MULTI_TEST(tensor, gptoss_tiny_f32, "gptoss-tiny-f32")
 MULTI_TEST(tensor, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
 
 /* -sm tensor with the hybrid slab (split_slab.c): each part's slab the
@@ -192,6 +206,46 @@ static const split_cfg tensor_hybrid_cfgs[] = {
 MULTI_TEST(tensor_hybrid, qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0")
 MULTI_TEST(tensor_hybrid, mixtral_tiny_q4_0, "mixtral-tiny-q4_0")
 MULTI_TEST(tensor_hybrid, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
+
+/* --stats of -sm tensor --hybrid: the slab counts summed over every
+ * part's slab (each holds half of its own experts at 50%), so the same
+ * count as one GPU's 50% slab; per layer too. */
+TEST(cuda_multi_tensor_hybrid_stats_count_every_part)
+{
+    REQUIRE_TWO_GPUS();
+    hydra_model *m = NULL;
+    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
+    static const split_cfg one = {HYDRA_SPLIT_NONE, {0, 0}, 0, true, "hybrid 50%", true, 0};
+    static const split_cfg two = {HYDRA_SPLIT_TENSOR, {0, 0}, 0, true, "-sm tensor, hybrid 50%", true, 0};
+    const split_cfg *cfg[2] = {&one, &two};
+    hydra_hybrid_stats hs[2];
+    hydra_hybrid_layer_stats ls[2];
+    hydra_status st = HYDRA_OK;
+    for (int k = 0; k < 2 && st == HYDRA_OK; k++) {
+        hydra_session *s = NULL;
+        const int32_t prompt[4] = {1, 2, 3, 4};
+        st = open_session(m, cfg[k], &s);
+        if (st == HYDRA_OK)
+            st = hydra_session_eval(s, prompt, 4, NULL);
+        if (st == HYDRA_OK)
+            st = hydra_session_hybrid_stats(s, &hs[k]);
+        if (st == HYDRA_OK)
+            st = hydra_session_hybrid_layer_stats(s, 1, &ls[k]);
+        hydra_session_free(s);
+    }
+    hydra_model_close(m);
+    CHECK_OK(st);
+    printf("  resident: one GPU %llu in %llu slots, -sm tensor %llu in %llu slots (layer 1: %d / %d, %d / %d)\n",
+           (unsigned long long)hs[0].n_resident, (unsigned long long)hs[0].n_slots,
+           (unsigned long long)hs[1].n_resident, (unsigned long long)hs[1].n_slots, (int)ls[0].n_resident,
+           (int)ls[0].n_slots, (int)ls[1].n_resident, (int)ls[1].n_slots);
+    /* slots: 50% of each part's own = one GPU's 50% (the main part's alone
+     * would be half); residents move with admissions, so only bounded */
+    CHECK_EQ_U64(hs[1].n_slots, hs[0].n_slots);
+    CHECK_EQ_INT(ls[1].n_slots, ls[0].n_slots);
+    CHECK(hs[1].n_resident > 0 && hs[1].n_resident <= hs[1].n_slots);
+    CHECK(ls[1].n_resident <= ls[1].n_slots);
+}
 
 /* The smallest --vram-budget (in steps of 1/8) under which -sm tensor
  * --hybrid opens: each part's slab is what is left after its share of the

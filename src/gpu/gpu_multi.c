@@ -282,7 +282,11 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
  * largest part's.  reset: reset every part's instead.  -sm tensor: the
  * lookups and hits are the main part's (its misses are exactly the CPU
  * pass's; another part's slab reads as a hit there, and every other part
- * has none: gpu_tensor.c). */
+ * has none: gpu_tensor.c), and so are the CPU pass's times and their
+ * layer steps: every part runs every MoE layer, but only the main part's
+ * pass computes anything, so summing the parts' layer steps halved the
+ * reported "CPU pass per MoE layer" on two GPUs (session 5's 184 us was
+ * the main part's ~368, docs/PERFORMANCE.md "Multi-GPU, session 6"). */
 void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, bool reset)
 {
     const gpu_multi *m = g->multi;
@@ -309,10 +313,10 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
         out->unsafe_replays += c.unsafe_replays;
         out->handoff_p50_ns = max_u64(out->handoff_p50_ns, c.handoff_p50_ns);
         out->handoff_p99_ns = max_u64(out->handoff_p99_ns, c.handoff_p99_ns);
-        out->cpu_ns += c.cpu_ns;
-        out->hit_ns += c.hit_ns;
-        out->exposed_ns += c.exposed_ns;
-        out->layer_steps += c.layer_steps;
+        out->cpu_ns += routes ? c.cpu_ns : 0;
+        out->hit_ns += routes ? c.hit_ns : 0;
+        out->exposed_ns += routes ? c.exposed_ns : 0;
+        out->layer_steps += routes ? c.layer_steps : 0;
         out->register_ms += c.register_ms;
         /* every part stages its own layers in the same steps: the steps
          * once, the bytes and stale references summed, the crossover and
@@ -326,6 +330,20 @@ void gpu_multi_hybrid_counters(const gpu_session *g, gpu_hybrid_counters *out, b
             out->stage_gbps = c.stage_gbps; /* -sm tensor: only the main part stages */
         out->cpu_expert_us = c.cpu_expert_us > out->cpu_expert_us ? c.cpu_expert_us : out->cpu_expert_us;
         out->cpu_route_us = c.cpu_route_us > out->cpu_route_us ? c.cpu_route_us : out->cpu_route_us;
+    }
+}
+
+/* -sm tensor: each layer's slots and residents summed over the parts'
+ * slabs (each part holds experts of its own range), so --stats counts
+ * every GPU's.  The merged layers are then counts only: their slot tables
+ * are the main part's, so they are cleared rather than left describing
+ * fewer slots than n_slots says (nothing reads them: session.c's stats). */
+static void add_part_slab(hybrid_layer *view, const hybrid_state *part)
+{
+    for (uint32_t l = 0; l < part->n_layer; l++) {
+        view[l].n_slots += part->layer[l].n_slots;
+        view[l].n_resident += part->layer[l].n_resident;
+        view[l].slot_of = view[l].expert_in = view[l].host_only = NULL;
     }
 }
 
@@ -353,5 +371,8 @@ const struct hybrid_state *gpu_multi_split_state(const gpu_session *g)
         m->view.stats.repins += st->stats.repins;
         m->view.version += st->version;
     }
+    for (int i = 0; m->tensor != NULL && i < m->plan.n_part; i++) /* after the main part's layers are in */
+        if (!m->plan.part[i].head)
+            add_part_slab(m->view_layer, gpu_hybrid_split_state(m->part[i]));
     return &m->view;
 }

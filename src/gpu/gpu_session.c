@@ -113,6 +113,14 @@ void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n)
     CARVE(c, a->h, 2 * (size_t)(rows * n));
 }
 
+/* Whether the session runs the output head, so has logits: not a layer
+ * split's part before the last, nor a tensor split's part off the main GPU
+ * (its view has no output norm, split_view.c); those get no logits buffer. */
+static bool runs_head(const gpu_session *g)
+{
+    return gpu_layer_end(g) == (int)g->w->hp.n_layer && g->w->global[W_OUTPUT_NORM].data != NULL;
+}
+
 static hydra_status alloc_scratch(gpu_session *g)
 {
     const arch_hparams *hp = &g->w->hp;
@@ -151,7 +159,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
     carve_act(&c, &g->h, 1, hidden);
     CARVE(&c, g->y, sizeof(float) * (size_t)((routes > nb ? routes : nb) * embd));
-    CARVE(&c, g->logits, sizeof(float) * (size_t)nb * hp->n_vocab);
+    if (runs_head(g))
+        CARVE(&c, g->logits, sizeof(float) * (size_t)nb * hp->n_vocab);
     g->scratch_bytes = c.total;
     hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &g->scratch_base, "scratch");
     if (st != HYDRA_OK)
@@ -162,7 +171,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     carve p = {0};
     CARVE(&p, g->h_step, sizeof(gk_step));
     CARVE(&p, g->h_tokens, sizeof(int32_t) * (size_t)nb);
-    CARVE(&p, g->h_logits, sizeof(float) * hp->n_vocab);
+    if (runs_head(g))
+        CARVE(&p, g->h_logits, sizeof(float) * hp->n_vocab);
     g->pinned_bytes = p.total;
     return carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging");
 }
@@ -299,7 +309,7 @@ hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *lo
 {
     const uint32_t n_vocab = g->w->hp.n_vocab;
     const size_t rows = all_rows ? (size_t)n : 1;
-    const bool head = gpu_layer_end(g) == (int)g->w->hp.n_layer; /* else a layer split's earlier part */
+    const bool head = runs_head(g);
     gpuError_t e = gpuSuccess;
     if (head)
         e = gpuMemcpyAsync(all_rows ? logits : g->h_logits, g->logits, sizeof(float) * rows * n_vocab,
