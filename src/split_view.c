@@ -18,10 +18,11 @@
  *           parts (tiny models: 4 heads x 64 = one 256-value Q5_K block)
  *           is held whole by every part, and every part but the main one
  *           gets its output projection as zero blocks of the same type and
- *           shape (all-zero bytes decode to 0 in every type: the block
- *           scale is 0).  Its partial is then exactly 0, so the all-reduce
- *           gives the main part's output, bit for bit the one-GPU
- *           sublayer, with no change to the step or the sums.  Chosen over
+ *           shape (all-zero bytes decode to 0 in every type: a zero
+ *           block scale; MXFP4's and the float types' zero codes are 0).
+ *           Its partial is then exactly 0, so the all-reduce gives the
+ *           main part's output, bit for bit the one-GPU sublayer, with
+ *           no change to the step or the sums.  Chosen over
  *           "main part only, the others skip it" because a part with no
  *           KV heads or no FFN width would need its own step code; the
  *           price, the other parts repeating that sublayer beside the

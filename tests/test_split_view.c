@@ -3,11 +3,13 @@
  * split_view.c): on the shared models, every part's view is checked
  * against the model's own tensors — Q/K/V rows and their biases, the
  * attention output's and FFN down's columns (decoded by the reference
- * dequantiser, so the F32 fallback of a head boundary inside a quant block
- * is checked too), the shared expert, the routed experts and their down
- * bias, the summed biases and the head on the main part only — with equal
- * and uneven -ts; a split with fewer KV heads than devices, and one that
- * cannot fit, say so with the numbers; latent attention is refused.
+ * dequantiser, in the model's own type, starting and ending on a block
+ * boundary: no slice cuts a quant block), an unsplit sublayer (the main
+ * part's matrix, zero blocks elsewhere), the shared expert, the routed
+ * experts and their down bias, the summed biases and the head on the main
+ * part only — with equal and uneven -ts and 2 to 4 parts; fewer KV heads
+ * (in block granules) than devices leaves attention unsplit; a split that
+ * cannot fit says so with the numbers; latent attention is refused.
  */
 #include "test.h"
 #include "util.h"
