@@ -206,40 +206,24 @@ static void check_model(test_ctx *t_, const char *name, bool heads_whole)
     unload(&ld);
 }
 
+/* One shared model's parts; heads_whole: its attention must stay unsplit. */
+#define VIEW_TEST(id, file, heads_whole)                                                                       \
+    TEST(split_view_##id)                                                                                      \
+    {                                                                                                          \
+        REQUIRE_SHARED();                                                                                      \
+        check_model(TEST_CTX, file, heads_whole);                                                              \
+    }
+
 /* Q5_K attention output, 4 heads x 64 = one 256-value block per row: no
  * cut on a block boundary for 2 parts, so attention is unsplit (the main
  * part's output, zero blocks on the other). */
-TEST(split_view_qwen3moe_kq_q4_k_m)
-{
-    REQUIRE_SHARED();
-    check_model(TEST_CTX, "qwen3moe-kq-q4_k_m", true);
-}
-
+VIEW_TEST(qwen3moe_kq_q4_k_m, "qwen3moe-kq-q4_k_m", true)
 /* Q/K/V biases and a shared expert with its gate. */
-TEST(split_view_qwen2moe_tiny_q8_0)
-{
-    REQUIRE_SHARED();
-    check_model(TEST_CTX, "qwen2moe-tiny-q8_0", false);
-}
-
+VIEW_TEST(qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0", false)
 /* Sinks, the output bias, per-expert biases, MXFP4 experts. */
-TEST(split_view_gptoss_tiny_mxfp4)
-{
-    REQUIRE_SHARED();
-    check_model(TEST_CTX, "gptoss-tiny-mxfp4", false);
-}
-
-TEST(split_view_mixtral_tiny_q4_0)
-{
-    REQUIRE_SHARED();
-    check_model(TEST_CTX, "mixtral-tiny-q4_0", false);
-}
-
-TEST(split_view_qwen3moe_tiny_q8_0)
-{
-    REQUIRE_SHARED();
-    check_model(TEST_CTX, "qwen3moe-tiny-q8_0", false);
-}
+VIEW_TEST(gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4", false)
+VIEW_TEST(mixtral_tiny_q4_0, "mixtral-tiny-q4_0", false)
+VIEW_TEST(qwen3moe_tiny_q8_0, "qwen3moe-tiny-q8_0", false)
 
 /* Every shared model a tensor split takes (not latent attention), 2 to 4
  * parts with equal and skewed shares: no part's output projection slice
