@@ -388,3 +388,23 @@ TEST(split_tensor_cannot_fit_names_the_numbers)
     CHECK(strstr(msg, "experts 64-127") != NULL);
     CHECK(strstr(msg, "has 4.00 GiB") != NULL);
 }
+
+/* An unsplit attention is on every part whole: its bytes (weights and KV
+ * cache) count in full on each part's need, the rest by share. */
+TEST(split_tensor_unsplit_attention_counts_whole)
+{
+    uint64_t lb[8];
+    for (int l = 0; l < 8; l++)
+        lb[l] = 1ull << 30;
+    const split_model m = {.n_layer = 8, .layer_bytes = lb, .n_head_kv = 2, .head_granule = 2, .n_ff = 6144,
+                           .ff_granule = 256, .n_expert = 128, .attn_bytes = 2ull << 30};
+    const uint64_t avail[2] = {8ull << 30, 4ull << 30};
+    const float ts[2] = {1, 1};
+    split_plan p;
+    const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 2, .avail = avail, .ratios = ts, .main_gpu = 0};
+    CHECK_EQ_INT(split_plan_make(&p, &m, &r), HYDRA_ERR_RANGE);
+    CHECK(p.heads_whole && !p.ff_whole);
+    /* half of the 6 GiB that split, plus the 2 GiB of attention whole */
+    CHECK(strstr(hydra_last_error(), "-sm tensor: device 1 needs 5.00 GiB") != NULL);
+    CHECK(strstr(hydra_last_error(), "KV heads 0-1") != NULL);
+}
