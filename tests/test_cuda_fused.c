@@ -165,42 +165,73 @@ static bool follows_q8_rule(const float *v, const int8_t *q, const float *d, int
     return true;
 }
 
+typedef hydra_status (*one_row_check)(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                      float *y);
+
+/* A rows x cols matrix of type over one activation row through check,
+ * which should give quantize + matvec's bits (gpu_check_linear); nothing
+ * where a block is longer than the row. */
+static void one_row_case(test_ctx *t_, one_row_check check, const char *what, uint32_t type, int64_t rows,
+                         int64_t cols, uint64_t *seed)
+{
+    uint64_t rb = 0;
+    if (!quant_row_bytes(type, (uint64_t)cols, &rb))
+        return;
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)cols);
+    float *y = malloc(sizeof(float) * (size_t)rows), *want = malloc(sizeof(float) * (size_t)rows);
+    CHECK(w && wf && x && y && want);
+    fz_weights(type, rows, cols, seed, w, wf);
+    for (int64_t i = 0; i < cols; i++)
+        x[i] = fz_float(seed) * (i % 61 == 0 ? 6.0f : 1.0f);
+    CHECK_OK(gpu_check_linear(type, w, rows, cols, x, 1, false, want, NULL, NULL));
+    CHECK_OK(check(type, w, rows, cols, x, y));
+    for (int64_t r = 0; r < rows; r++)
+        if (memcmp(&y[r], &want[r], sizeof(float)) != 0)
+            FAIL("%s %lld x %lld row %lld: %s %.9g, quantize + matvec %.9g", quant_traits_of(type)->name,
+                 (long long)rows, (long long)cols, (long long)r, what, y[r], want[r]);
+    free(w);
+    free(wf);
+    free(x);
+    free(y);
+    free(want);
+}
+
+typedef struct row_shape {
+    int64_t rows, cols;
+} row_shape;
+
+/* one_row_case over every type and shape. */
+static void row_cases(test_ctx *t_, one_row_check check, const char *what, const uint32_t *types, size_t n_types,
+                      const row_shape *shapes, size_t n_shapes, uint64_t seed)
+{
+    for (size_t ti = 0; ti < n_types; ti++)
+        for (size_t si = 0; si < n_shapes; si++)
+            one_row_case(t_, check, what, types[ti], shapes[si].rows, shapes[si].cols, &seed);
+}
+
 TEST(cuda_staged_matvec_equals_quantize_then_matvec)
 {
     const char *why;
     if (!gpu_available(&why))
         SKIP("%s", why);
     static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q5_K, QT_Q4_0, QT_IQ4_XS};
-    static const struct {
-        int64_t rows, cols;
-    } shapes[] = {{64, 768}, {37, 256}, {16, 2048}};
-    uint64_t seed = 0x51A6EDull;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int64_t rows = shapes[si].rows, cols = shapes[si].cols;
-            uint64_t rb = 0;
-            if (!quant_row_bytes(types[ti], (uint64_t)cols, &rb))
-                continue; /* a block longer than the row */
-            uint8_t *w = malloc(rb * (size_t)rows);
-            float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)cols);
-            float *y = malloc(sizeof(float) * (size_t)rows), *want = malloc(sizeof(float) * (size_t)rows);
-            CHECK(w && wf && x && y && want);
-            fz_weights(types[ti], rows, cols, &seed, w, wf);
-            for (int64_t i = 0; i < cols; i++)
-                x[i] = fz_float(&seed) * (i % 61 == 0 ? 6.0f : 1.0f);
-            CHECK_OK(gpu_check_linear(types[ti], w, rows, cols, x, 1, false, want, NULL, NULL));
-            CHECK_OK(gpu_check_matvec_staged(types[ti], w, rows, cols, x, y));
-            for (int64_t r = 0; r < rows; r++)
-                if (memcmp(&y[r], &want[r], sizeof(float)) != 0)
-                    FAIL("%s %lld x %lld row %lld: staged %.9g, quantize + matvec %.9g",
-                         quant_traits_of(types[ti])->name, (long long)rows, (long long)cols, (long long)r, y[r],
-                         want[r]);
-            free(w);
-            free(wf);
-            free(x);
-            free(y);
-            free(want);
-        }
+    static const row_shape shapes[] = {{64, 768}, {37, 256}, {16, 2048}};
+    row_cases(t_, gpu_check_matvec_staged, "staged", types, sizeof types / sizeof types[0], shapes,
+              sizeof shapes / sizeof shapes[0], 0x51A6EDull);
+}
+
+/* The output head's kernel (matvec_head.cu) on the types it takes, with
+ * rows of whole 16-byte units in each. */
+TEST(cuda_head_matvec_equals_quantize_then_matvec)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    static const uint32_t types[] = {QT_Q6_K, QT_Q4_K, QT_Q5_K, QT_Q8_0};
+    static const row_shape shapes[] = {{301, 2048}, {8, 4096}, {1, 2048}};
+    row_cases(t_, gpu_check_matvec_head, "head", types, sizeof types / sizeof types[0], shapes,
+              sizeof shapes / sizeof shapes[0], 0x4EADull);
 }
 
 TEST(cuda_rope_in_attention_equals_rope_then_attention)

@@ -13,6 +13,7 @@
  * batch sees the cache up to its own position; its K/V rows were stored
  * before this launch by gk_rope_store).
  */
+#include "attn_kv.cuh"
 #include "common.cuh"
 #include "qk_rope.cuh"
 #include "row_norm.cuh"
@@ -41,24 +42,6 @@ static int at_chunk(int n_tok, int n_head_kv, int max_kv)
     while (chunk > 16 && (int64_t)n_tok * n_head_kv * at_chunks(max_kv, chunk) < 2 * (int64_t)n_sm)
         chunk /= 2;
     return chunk;
-}
-
-/* Eight consecutive cache values (16-byte aligned: head sizes are
- * multiples of 8). */
-template <bool F16> static inline __device__ void kv_load8(const void *base, int64_t i, float *v)
-{
-    if constexpr (F16) {
-        const int4 raw = *(const int4 *)((const half *)base + i);
-        const half2 *h = (const half2 *)&raw;
-        for (int k = 0; k < 4; k++) {
-            const float2 f = __half22float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
-    } else {
-        const float4 a = *(const float4 *)((const float *)base + i), b = *(const float4 *)((const float *)base + i + 4);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    }
 }
 
 template <bool F16> static inline __device__ float kv_value(const void *base, int64_t i)
@@ -187,22 +170,11 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_partial(gk_attn a, gk_rope 
     /* softmax partials per head: one warp per head */
     const int64_t base = ((int64_t)t * a.n_head + (int64_t)g * group) * n_chunks + ch;
     for (int h = warp; h < group; h += AT_WARPS) {
-        float *p = ps + h * GK_ATTN_CHUNK;
-        float mx = -INFINITY;
-        for (int j = lane; j < len; j += GPU_WARP)
-            mx = fmaxf(mx, p[j]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int j = lane; j < len; j += GPU_WARP) {
-            const float e = expf(p[j] - mx);
-            p[j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
+        const float2 ms = kv_softmax_partial(ps + h * GK_ATTN_CHUNK, len);
         if (lane == 0) {
             float *ml = a.scratch + 2 * (base + (int64_t)h * n_chunks);
-            ml[0] = mx;
-            ml[1] = sum;
+            ml[0] = ms.x;
+            ml[1] = ms.y;
         }
     }
     __syncthreads();
@@ -289,9 +261,11 @@ __global__ void k_attn_combine(gk_attn a, const gk_step *step)
     }
 }
 
+/* attn_decode.cu's layout (chunks of 64) is never larger than this one's
+ * (chunks of 16 or more). */
 extern "C" size_t gk_attention_scratch(int n_tok, int n_head, int n_head_kv, int head_dim_v, int max_kv)
 {
-    return (size_t)n_tok * n_head * at_chunks(max_kv, at_chunk(n_tok, n_head_kv, max_kv)) * (2 + (size_t)head_dim_v);
+    return GK_ATTN_COUNTERS + (size_t)n_tok * n_head * at_chunks(max_kv, at_chunk(n_tok, n_head_kv, max_kv)) * (2 + (size_t)head_dim_v);
 }
 
 extern "C" size_t gk_attention_smem(int group, int head_dim_k)
@@ -315,8 +289,11 @@ static int attention_launch(gpuStream_t s, const gk_attn *a, const gk_rope *rope
                          rope->n_rot > a->head_dim_k || a->k_row != (int64_t)a->n_head_kv * a->head_dim_k ||
                          a->v_row != (int64_t)a->n_head_kv * a->head_dim_v))
         return (int)gpuErrorInvalidValue;
+    if (gk_attention_decode_fits(a))
+        return gk_attention_decode(s, a, rope, step);
     gk_attn c = *a;
     c.chunk = at_chunk(a->n_tok, a->n_head_kv, a->max_kv);
+    c.scratch = a->scratch + GK_ATTN_COUNTERS;
     const gk_rope r = rope != NULL ? *rope : gk_rope{};
     const dim3 grid((unsigned)at_chunks(a->max_kv, c.chunk), (unsigned)a->n_head_kv, (unsigned)a->n_tok);
     int st;

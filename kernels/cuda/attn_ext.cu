@@ -144,7 +144,7 @@ __global__ void k_ax_combine(gk_attn a, gk_attn_ext x, const gk_step *step)
 
 extern "C" size_t gk_attention_ext_scratch(int n_tok, int n_head, int head_dim_v, int max_kv)
 {
-    return (size_t)n_tok * n_head * ax_chunks(max_kv) * (2 + (size_t)head_dim_v);
+    return GK_ATTN_COUNTERS + (size_t)n_tok * n_head * ax_chunks(max_kv) * (2 + (size_t)head_dim_v);
 }
 
 extern "C" int gk_attention_ext(gpuStream_t s, const gk_attn *a, const gk_attn_ext *x, const gk_step *step)
@@ -153,10 +153,12 @@ extern "C" int gk_attention_ext(gpuStream_t s, const gk_attn *a, const gk_attn_e
         return 0;
     if (a->n_head_kv < 1 || a->n_head % a->n_head_kv != 0 || a->head_dim_k > GK_AX_MAX_DK || x->window < 0)
         return (int)gpuErrorInvalidValue;
+    gk_attn c = *a; /* the scratch's counters are attn_decode.cu's */
+    c.scratch = a->scratch + GK_ATTN_COUNTERS;
     const dim3 grid((unsigned)ax_chunks(a->max_kv), (unsigned)a->n_head, (unsigned)a->n_tok);
-    const int st = gk_launch(k_ax_partial, grid, AX_THREADS, sizeof(float) * (size_t)a->head_dim_k, s, *a, *x, step);
+    const int st = gk_launch(k_ax_partial, grid, AX_THREADS, sizeof(float) * (size_t)a->head_dim_k, s, c, *x, step);
     if (st != 0)
         return st;
     const int threads = a->head_dim_v < 32 ? 32 : a->head_dim_v > 256 ? 256 : (a->head_dim_v + 31) / 32 * 32;
-    return gk_launch(k_ax_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s, *a, *x, step);
+    return gk_launch(k_ax_combine, dim3((unsigned)a->n_head, (unsigned)a->n_tok), threads, 0, s, c, *x, step);
 }

@@ -111,6 +111,12 @@ int gk_matvec_staged(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_r
  * gk_matvec_mixed(type, last type) says so. */
 int gk_matvec_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x, int n_tok);
 bool gk_matvec_mixed(uint32_t type, uint32_t last);
+/* matvec_head.cu: gk_matvec of one token through a matrix read at the
+ * memory's pace (the output projection): each row staged in shared memory
+ * by coalesced loads, the same bits.  Dense, no glu; types and row sizes
+ * where gk_matvec_head_fits. */
+bool gk_matvec_head_fits(const gk_mat *w);
+int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out);
 
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
@@ -139,8 +145,10 @@ int gk_matmul_grouped_glu(gpuStream_t s, const gk_mat *gate, const gk_mat *up, c
 /* --- attention.cu.  Queries of n_tok tokens (rows of n_head * head_dim_k),
  * cache rows of n_head_kv heads; token t sees positions [0, pos0 + t].
  * Partial results per chunk of at most GK_ATTN_CHUNK positions go to
- * scratch (gk_attention_scratch floats). */
-enum { GK_ATTN_CHUNK = 128, GK_ATTN_MAX_GROUP = 16 };
+ * scratch (gk_attention_scratch floats), whose first GK_ATTN_COUNTERS
+ * words are launch counters: zero before the first launch, and the
+ * launches leave them zero (gk_attention_ext's scratch likewise). */
+enum { GK_ATTN_CHUNK = 128, GK_ATTN_MAX_GROUP = 16, GK_ATTN_COUNTERS = 256, GK_ATTN_DECODE_MAX_KV = 2048 };
 typedef struct gk_attn {
     const float *q;
     const void *k, *v;        /* this layer's cache: n_ctx rows */
@@ -301,6 +309,12 @@ int gk_rope_store(gpuStream_t s, const gk_rope *r, const gk_step *step);
  * and cache (rows of n_head_kv heads), head_dim_k <= 256.  r's q, k are
  * read, not rotated in place. */
 int gk_attention_rope(gpuStream_t s, const gk_attn *a, const gk_rope *r, const gk_step *step);
+/* attn_decode.cu: the one-token case over a cache of max_kv <=
+ * GK_ATTN_DECODE_MAX_KV (head sizes <= 128), which gk_attention and
+ * gk_attention_rope take where gk_attention_decode_fits: one launch, more
+ * blocks (rope NULL: none). */
+bool gk_attention_decode_fits(const gk_attn *a);
+int gk_attention_decode(gpuStream_t s, const gk_attn *a, const gk_rope *rope, const gk_step *step);
 
 /* h = silu(g) * u over n values. */
 int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t n, float *h);

@@ -14,7 +14,12 @@
 enum { RS_MAX_DIM = 256, QR_PAIRS_PER_LANE = RS_MAX_DIM / 2 / GPU_WARP };
 
 /* The cos and sin of the pairs i = lane + 32 m (i < n_rot / 2) at pos:
- * the same for every head of a position, so a warp computes them once. */
+ * the same for every head of a position, so a warp computes them once.
+ * The running product pos * theta_scale^i is rope_cos_sin's, multiply
+ * by multiply, but a lane continues its chain from pair lane + 32 (m - 1)
+ * to lane + 32 m (32 more products, unrolled) instead of starting each
+ * pair from pos again: at most 32 QR_PAIRS_PER_LANE dependent products,
+ * the same bits. */
 typedef struct qr_angles {
     float c[QR_PAIRS_PER_LANE], s[QR_PAIRS_PER_LANE];
 } qr_angles;
@@ -23,11 +28,20 @@ static inline __device__ qr_angles qr_angles_at(const gk_rope &r, int pos)
 {
     const int lane = threadIdx.x % GPU_WARP, half_rot = r.n_rot / 2;
     qr_angles an;
+    float theta = (float)pos;
+#pragma unroll
+    for (int k = 0; k < GPU_WARP; k++)
+        if (k < lane)
+            theta *= r.theta_scale;
 #pragma unroll
     for (int m = 0; m < QR_PAIRS_PER_LANE; m++) {
         an.c[m] = an.s[m] = 0.0f;
         if (lane + GPU_WARP * m < half_rot)
-            rope_cos_sin(r, pos, lane + GPU_WARP * m, &an.c[m], &an.s[m]);
+            rope_cos_sin_of(r, theta, lane + GPU_WARP * m, &an.c[m], &an.s[m]);
+        if (m + 1 < QR_PAIRS_PER_LANE && lane + GPU_WARP * (m + 1) < half_rot)
+#pragma unroll
+            for (int k = 0; k < GPU_WARP; k++)
+                theta *= r.theta_scale;
     }
     return an;
 }

@@ -12,11 +12,10 @@
 
 #include "common.cuh"
 
-template <class R> static inline __device__ void rope_cos_sin(const R &r, int pos, int i, float *c, float *s)
+/* cos and sin of pair i from its theta_extrap (pos * theta_scale^i by
+ * the running product). */
+template <class R> static inline __device__ void rope_cos_sin_of(const R &r, float theta_extrap, int i, float *c, float *s)
 {
-    float theta_extrap = (float)pos;
-    for (int k = 0; k < i; k++)
-        theta_extrap *= r.theta_scale;
     const float theta_interp = r.freq_scale * theta_extrap;
     float theta = theta_interp, mscale = r.attn_factor;
     if (r.ext_factor != 0.0f) {
@@ -27,6 +26,14 @@ template <class R> static inline __device__ void rope_cos_sin(const R &r, int po
     }
     *c = cosf(theta) * mscale;
     *s = sinf(theta) * mscale;
+}
+
+template <class R> static inline __device__ void rope_cos_sin(const R &r, int pos, int i, float *c, float *s)
+{
+    float theta_extrap = (float)pos;
+    for (int k = 0; k < i; k++)
+        theta_extrap *= r.theta_scale;
+    rope_cos_sin_of(r, theta_extrap, i, c, s);
 }
 
 /* The two dimensions pair i of a head rotates: neighbours (normal, GPT-J)

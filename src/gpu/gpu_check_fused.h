@@ -36,6 +36,12 @@ hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, con
 hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
                                      float *y);
 
+/* gk_matvec_head (the output projection's kernel) of one activation row x
+ * (n_cols) through the quantised matrix w (n_rows rows of type): y
+ * (n_rows), which should equal, bit for bit, gpu_check_linear (gpu_check_head.c). */
+hydra_status gpu_check_matvec_head(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                   float *y);
+
 /* Three matrices (Q, K, V; the first two of one type, the last of type
  * last, as gk_matvec_mixed allows) over one activation row x (n_cols) in
  * one gk_matvec_multi launch: y (the three outputs one after the other),

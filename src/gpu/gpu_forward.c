@@ -478,7 +478,17 @@ hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh)
     const int n = (int)sh->n_tok;
     const int first = sh->all_rows ? 0 : n - 1;
     TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
-    return linear(g, &g->gw.global[W_OUTPUT], &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+    const gk_mat *w = &g->gw.global[W_OUTPUT];
+    if (n - first > 1 || !gk_matvec_head_fits(w))
+        return linear(g, w, &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+    /* one row through the vocabulary: the kernel that reads it at the
+     * memory's pace (matvec_head.cu), on the norm's 8-bit form */
+    TRY_ST(act_quantize(g, &g->xn));
+    const gk_act xa = act_view(&g->xn, 0);
+    const gk_out out = {.y = g->logits, .y_stride = hp->n_vocab};
+    TRY(gk_matvec_head(g->stream, w, &xa, &out), "output projection");
+    gpu_prof_mark(g, OP_OUTPUT);
+    return HYDRA_OK;
 }
 
 /* A tensor split's part (gpu_tensor.c): the sublayer's input norm, then

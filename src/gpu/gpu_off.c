@@ -255,6 +255,13 @@ hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_row
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
+hydra_status gpu_check_matvec_head(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                   float *y)
+{
+    (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
 hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float *q, const float *k, const float *v,
                                       float *out_ref, float *out_fused, int8_t *out_q, float *out_d,
                                       bool *same_cache)

@@ -136,7 +136,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     const size_t dv = hp->head_dim_v > hp->kv_lora_rank ? hp->head_dim_v : hp->kv_lora_rank; /* MLA: the latent */
     const size_t one = (size_t)hp->n_head * (size_t)((g->o.n_ctx + 15) / 16) * (2 + dv);
     const size_t budget = ATTN_SCRATCH_BUDGET / sizeof(float);
-    g->attn_scratch_floats = one * (size_t)nb < budget ? one * (size_t)nb : one > budget ? one : budget;
+    g->attn_scratch_floats = GK_ATTN_COUNTERS + (one * (size_t)nb < budget ? one * (size_t)nb : one > budget ? one : budget);
     carve c = {0};
     CARVE(&c, g->d_step, sizeof(gk_step));
     CARVE(&c, g->d_tokens, sizeof(int32_t) * (size_t)nb);
@@ -165,7 +165,9 @@ static hydra_status alloc_scratch(gpu_session *g)
     hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &g->scratch_base, "scratch");
     if (st != HYDRA_OK)
         return st;
-    const gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
+    gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
+    if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
+        e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
         return gpu_fail(e, "zeroing the launch counter");
     carve p = {0};
