@@ -17,6 +17,7 @@
  * activation rows gathered by token.
  */
 #include "mm_tile.cuh"
+#include "mma.cuh"
 
 enum { MM_BM = 64, MM_BN = 32, MM_BK = GK_MATMUL_K, MM_THREADS = 128 };
 enum { MM_LDH = MM_BK + 8, MM_LDF = MM_BK + 1, MM_LDC = MM_BN + 4 };
@@ -25,14 +26,14 @@ static_assert(MM_BN == 32 && MM_BM == 64 && MM_BK == 64 && MM_THREADS == 128, "t
 
 /* Loads 16 activation values of row n at column k0 + 16 part (zeros for an
  * unused row). */
-static inline __device__ void mm_act16(const gk_act &x, const int64_t *act_row, int n, int part, int64_t k0, float *v)
+static inline __device__ void mm_act16(const gk_act &x, const int32_t *act_row, int n, int part, int64_t k0, float *v)
 {
     if (act_row[n] < 0) {
         for (int i = 0; i < 16; i++)
             v[i] = 0.0f;
         return;
     }
-    const float4 *p = (const float4 *)(x.f + act_row[n] * x.n + k0 + 16 * part);
+    const float4 *p = (const float4 *)(x.f + (int64_t)act_row[n] * x.n + k0 + 16 * part);
     for (int k = 0; k < 4; k++) {
         const float4 q = p[k];
         v[4 * k] = q.x;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_h(gk_mat w, gk_act x, int
     __shared__ __align__(32) half as[MM_BM * MM_LDH];
     __shared__ __align__(32) half bs[MM_BN * MM_LDH];
     __shared__ __align__(32) float cs[MM_BM * MM_LDC];
-    __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
+    __shared__ int32_t act_row[MM_BN], out_row[MM_BN];
     const mm_tile tile = mm_setup<MM_BN>(w, n_tok, routes, g, grouped, gather, act_row, out_row);
     if (tile.count <= 0)
         return;
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int
     gpu_pdl_wait();
     __shared__ float as[MM_BM * MM_LDF];
     __shared__ float bs[MM_BN * MM_LDF];
-    __shared__ int64_t act_row[MM_BN], out_row[MM_BN];
+    __shared__ int32_t act_row[MM_BN], out_row[MM_BN];
     const mm_tile tile = mm_setup<MM_BN>(w, n_tok, routes, g, grouped, gather, act_row, out_row);
     if (tile.count <= 0)
         return;
@@ -162,6 +163,117 @@ __global__ void __launch_bounds__(MM_THREADS) k_matmul_f(gk_mat w, gk_act x, int
         }
 }
 
+/* F32 weights, dense (a MoE router: 128 rows x 512 tokens took 32 blocks
+ * of k_matmul_f on 132 multiprocessors, 90 us a layer).  A block takes
+ * MF_ROWS rows x MF_TOK tokens, lane = token, each warp a quarter of every
+ * MF_BK-value step for all MF_ROWS rows (the weights read as broadcasts,
+ * the lane's activations as 16-byte loads), then the four warps' sums
+ * added in warp order: a fixed order, so the same bits every run and with
+ * or without graphs.  Steps staged by cp.async, MF_STAGES deep. */
+enum { MF_ROWS = 16, MF_TOK = 32, MF_BK = 64, MF_STAGES = 3, MF_LD = MF_BK + 4 };
+enum { MF_WARPS = MM_THREADS / GPU_WARP, MF_PART = MF_BK / MF_WARPS };
+static_assert(MF_TOK == GPU_WARP && MF_PART % 4 == 0, "lane = token; 16-byte loads");
+static_assert((MF_LD / 4) % 2 == 1, "8 lanes' 16-byte loads on distinct banks");
+
+struct mf_stage {
+    float w[MF_ROWS * MF_LD];
+    float x[MF_TOK * MF_LD];
+};
+static_assert(sizeof(mf_stage) >= sizeof(float) * MF_WARPS * MF_ROWS * MF_TOK, "the sums fit a stage");
+
+/* Starts the copies of step k0's valid weight rows and token rows (one
+ * commit group). */
+static inline __device__ void mf_load(mf_stage &st, const gk_mat &w, const gk_act &x, int64_t row0, int tok0,
+                                      int rows, int toks, int64_t k0)
+{
+    enum { PIECES = MF_BK / 4 };
+    for (int i = threadIdx.x; i < (MF_ROWS + MF_TOK) * PIECES; i += MM_THREADS) {
+        const int r = i / PIECES, p = i % PIECES;
+        if (r < MF_ROWS && r < rows)
+            cp_async16(st.w + r * MF_LD + 4 * p, (const float *)(w.data + (row0 + r) * w.row_bytes) + k0 + 4 * p);
+        else if (r >= MF_ROWS && r - MF_ROWS < toks)
+            cp_async16(st.x + (r - MF_ROWS) * MF_LD + 4 * p, x.f + (int64_t)(tok0 + r - MF_ROWS) * x.n + k0 + 4 * p);
+    }
+    cp_async_commit();
+}
+
+/* Rows and tokens past the matrix or the launch as zeros in every stage
+ * (never copied over). */
+static inline __device__ void mf_zero_unused(mf_stage *st, int rows, int toks)
+{
+    for (int b = 0; b < MF_STAGES; b++) {
+        for (int i = rows * MF_LD + threadIdx.x; i < MF_ROWS * MF_LD; i += MM_THREADS)
+            st[b].w[i] = 0.0f;
+        for (int i = toks * MF_LD + threadIdx.x; i < MF_TOK * MF_LD; i += MM_THREADS)
+            st[b].x[i] = 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(MM_THREADS) k_matmul_f32(gk_mat w, gk_act x, int n_tok, gk_out out)
+{
+    gpu_pdl_wait();
+    __shared__ __align__(16) mf_stage st[MF_STAGES];
+    const int64_t row0 = (int64_t)blockIdx.x * MF_ROWS;
+    const int tok0 = (int)blockIdx.y * MF_TOK;
+    const int rows = (int)min((int64_t)MF_ROWS, w.n_rows - row0), toks = min(MF_TOK, n_tok - tok0);
+    const int warp = (int)threadIdx.x / GPU_WARP, lane = (int)threadIdx.x % GPU_WARP;
+    const int n_steps = (int)(w.n_cols / MF_BK);
+    mf_zero_unused(st, rows, toks);
+    for (int s = 0; s < MF_STAGES - 1; s++) {
+        if (s < n_steps)
+            mf_load(st[s], w, x, row0, tok0, rows, toks, (int64_t)s * MF_BK);
+        else
+            cp_async_commit(); /* an empty group keeps the count the wait below relies on */
+    }
+    float acc[MF_ROWS] = {};
+    for (int s = 0; s < n_steps; s++) {
+        cp_async_wait_prior(); /* step s has landed (only the newest group may fly) */
+        __syncthreads();       /* ... for every thread, and stage s - 1 is free */
+        const int next = s + MF_STAGES - 1;
+        if (next < n_steps)
+            mf_load(st[next % MF_STAGES], w, x, row0, tok0, rows, toks, (int64_t)next * MF_BK);
+        else
+            cp_async_commit();
+        const mf_stage &c = st[s % MF_STAGES];
+#pragma unroll
+        for (int k = MF_PART * warp; k < MF_PART * (warp + 1); k += 4) {
+            const float4 b = *(const float4 *)(c.x + lane * MF_LD + k);
+#pragma unroll
+            for (int r = 0; r < MF_ROWS; r++) {
+                const float4 a = *(const float4 *)(c.w + r * MF_LD + k);
+                acc[r] = fmaf(a.x, b.x, acc[r]);
+                acc[r] = fmaf(a.y, b.y, acc[r]);
+                acc[r] = fmaf(a.z, b.z, acc[r]);
+                acc[r] = fmaf(a.w, b.w, acc[r]);
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    float *sums = (float *)&st[0]; /* [warp][row][token] */
+#pragma unroll
+    for (int r = 0; r < MF_ROWS; r++)
+        sums[(warp * MF_ROWS + r) * MF_TOK + lane] = acc[r];
+    __syncthreads();
+    for (int i = threadIdx.x; i < MF_ROWS * MF_TOK; i += MM_THREADS) {
+        const int r = i / MF_TOK, t = i % MF_TOK;
+        if (r >= rows || t >= toks)
+            continue;
+        float v = sums[i];
+        for (int wp = 1; wp < MF_WARPS; wp++)
+            v += sums[wp * MF_ROWS * MF_TOK + i];
+        mm_store(out, row0 + r, tok0 + t, v);
+    }
+}
+
+/* Whether a dense launch takes k_matmul_f32: its 16-byte copies need
+ * aligned rows. */
+static bool mf_fits(const gk_mat *w, const gk_act *x)
+{
+    return w->type == GQ_F32 && (uintptr_t)w->data % 16 == 0 && w->row_bytes % 16 == 0 && (uintptr_t)x->f % 16 == 0 &&
+           x->n % 4 == 0;
+}
+
 template <int T>
 static int mm_launch(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                      const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
@@ -183,6 +295,10 @@ static int mm_dispatch(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_to
         return 0;
     if (gk_is_quant_type(w->type))
         return mmq_launch(s, w, NULL, x, n_tok, out, routes, g, grouped, gather);
+    if (!grouped && mf_fits(w, x)) {
+        const dim3 grid((unsigned)((w->n_rows + MF_ROWS - 1) / MF_ROWS), (unsigned)((n_tok + MF_TOK - 1) / MF_TOK));
+        return grid.y == 0 ? 0 : gk_launch(k_matmul_f32, grid, MM_THREADS, 0, s, *w, *x, n_tok, *out);
+    }
     const dim3 grid((unsigned)((w->n_rows + MM_BM - 1) / MM_BM), mm_grid_rows<MM_BN>(n_tok, g, grouped));
     if (grid.y == 0)
         return 0;
@@ -201,6 +317,17 @@ extern "C" int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_
 {
     const gk_groups none = {NULL, NULL, NULL, NULL, 0};
     return mm_dispatch(s, w, x, n_tok, out, NULL, &none, false, false);
+}
+
+extern "C" bool gk_matmul_stacks(const gk_mat *const *w, int n_mats)
+{
+    return mmq_stacks(w, n_mats);
+}
+
+extern "C" int gk_matmul_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
+                               int n_tok)
+{
+    return mmq_launch_stack(s, w, out, n_mats, x, n_tok);
 }
 
 extern "C" int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes,

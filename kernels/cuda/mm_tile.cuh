@@ -25,7 +25,7 @@ struct mm_tile {
  * block past the last tile gets count 0. */
 template <int BN>
 static inline __device__ mm_tile mm_setup(const gk_mat &w, int n_tok, const gk_route *routes, const gk_groups &g,
-                                          bool grouped, bool gather, int64_t *act_row, int64_t *out_row)
+                                          bool grouped, bool gather, int32_t *act_row, int32_t *out_row)
 {
     static_assert(GK_TILE_TOK % BN == 0, "a grouped tile splits into whole parts");
     enum { PARTS = GK_TILE_TOK / BN };
@@ -80,5 +80,12 @@ static inline __device__ void mm_store(const gk_out &out, int64_t r, int64_t row
  * silu(W . x) * (W2 . x). */
 int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
                const gk_route *routes, const gk_groups *g, bool grouped, bool gather);
+/* Whether mmq_launch_stack takes these matrices: quantised, one row length,
+ * one type but the last, which may be another in a supported pair. */
+bool mmq_stacks(const gk_mat *const *w, int n_mats);
+/* n_mats (<= 3) dense matrices over the same n_tok rows of x in one launch,
+ * matrix m into out[m]. */
+int mmq_launch_stack(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
+                     int n_tok);
 
 #endif

@@ -27,12 +27,20 @@
  * two weight tiles over each activation tile, writing silu(gate) * up: the
  * activation tiles are loaded once, and the two float outputs and the
  * activation launch are saved.
+ *
+ * A dense launch may stack up to MQ_MATS matrices of one row length over
+ * the same activation rows (a layer's Q, K and V), grid.x running over
+ * their row tiles in turn: a block's time is its steps' latency more than
+ * its work (docs/PERFORMANCE.md, session 5: ~3 us a step whether 1 or 4
+ * blocks share a multiprocessor), so K's and V's 64 blocks each took as
+ * long as Q's 512; stacked, the 640 blocks run as one wave (5 blocks a
+ * multiprocessor).
  */
 #include "mm_tile.cuh"
 #include "mma.cuh"
 
 enum { MQ_BM = 64, MQ_BN = 64, MQ_KS = 64, MQ_THREADS = 128 };
-enum { MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_GROUPS = MQ_BN / 8, MQ_AHEAD = 2 };
+enum { MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_GROUPS = MQ_BN / 8, MQ_AHEAD = 2, MQ_MATS = 3 };
 
 /* MQ_LD: a row of MQ_KS halves plus 8, so a row is 36 words: the 8 rows a
  * fragment load reads start 4 banks apart and its 32 lanes hit 32 banks;
@@ -46,7 +54,7 @@ static_assert((MQ_LD / 2) % 32 == 4, "fragment rows on distinct banks");
 template <int NM> struct mq_smem {
     half w[NM][MQ_BM * MQ_LD];
     half a[2][MQ_BN * MQ_LD];
-    int64_t act_row[MQ_BN], out_row[MQ_BN];
+    int32_t act_row[MQ_BN], out_row[MQ_BN];
 };
 
 /* Activation rows past the tile read as zeros (their outputs are never
@@ -60,13 +68,13 @@ template <int NM> static inline __device__ void mq_zero_unused(mq_smem<NM> &sm, 
 
 /* Starts the copies of the valid activation rows' values k0 .. k0 + MQ_KS
  * (one commit group). */
-static inline __device__ void mq_load_act(half *t, const uint16_t *xh, const int64_t *act_row, int64_t n, int count,
+static inline __device__ void mq_load_act(half *t, const uint16_t *xh, const int32_t *act_row, int64_t n, int count,
                                           int64_t k0)
 {
     enum { PIECES = MQ_KS / 8 };
     for (int i = threadIdx.x; i < count * PIECES; i += MQ_THREADS) {
         const int r = i / PIECES, p = i % PIECES;
-        cp_async16(t + r * MQ_LD + 8 * p, xh + act_row[r] * n + k0 + 8 * p);
+        cp_async16(t + r * MQ_LD + 8 * p, xh + (int64_t)act_row[r] * n + k0 + 8 * p);
     }
     cp_async_commit();
 }
@@ -92,13 +100,19 @@ static inline __device__ void mq_word(int32_t q, half2 s, half2 m, int out[2])
  * that hold the step's MQ_CH chunks (one K-quant super-block, or MQ_CH
  * 32-value blocks), from the 16-byte boundary below the first block, so
  * the copies are aligned 16-byte pieces and the staged block keeps its
- * address modulo 16 (the decoders' 2- and 4-byte loads stay aligned). */
+ * address modulo 16 (the decoders' 2- and 4-byte loads stay aligned).
+ * Blocks of a multiple of 16 bytes (Q4_K, Q5_K) start on the boundary
+ * (mmq_launch checks the matrix; tensors, slab slots and staging parts are
+ * 256-byte aligned, rows whole blocks), so their rows take no slack: the
+ * 2 KiB this saves lets the GLU pair's blocks run 4 to a multiprocessor
+ * instead of 3. */
 template <int T> struct mq_raw {
     enum {
         per_block = gq_traits<T>::block / 32,
         blocks = per_block >= MQ_CH ? 1 : MQ_CH / per_block,
         span = blocks * gq_traits<T>::bytes,
-        ld = (span + 15 + 15) / 16 * 16,
+        aligned = gq_traits<T>::bytes % 16 == 0,
+        ld = (span + 15 + (aligned ? 0 : 15)) / 16 * 16,
     };
     static_assert(per_block % MQ_CH == 0 || MQ_CH % per_block == 0, "a step holds whole blocks or one block");
 };
@@ -212,13 +226,14 @@ static inline __device__ void mq_multiply(const mq_smem<NM> &sm, const half *act
     }
 }
 
-/* NM == 2: w2 is the up matrix of a GLU pair (same type and shape as w),
- * and the output is silu(W . x) * (W2 . x), as gk_glu_act's plain SwiGLU. */
+/* Block tile `tile` of grid.x over w's rows.  NM == 2: w2 is the up
+ * matrix of a GLU pair (same type and shape as w), and the output is
+ * silu(W . x) * (W2 . x), as gk_glu_act's plain SwiGLU. */
 template <int T, int NM>
-__global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act x, int n_tok, gk_out out,
-                                                    const gk_route *routes, gk_groups g, bool grouped, bool gather)
+static inline __device__ void mq_tile(const gk_mat &w, const gk_mat &w2, const gk_act &x, int n_tok,
+                                      const gk_out &out, const gk_route *routes, const gk_groups &g, bool grouped,
+                                      bool gather, int tile_x)
 {
-    gpu_pdl_wait();
     extern __shared__ __align__(16) uint8_t mq_dyn[];
     mq_smem<NM> &sm = *reinterpret_cast<mq_smem<NM> *>(mq_dyn);
     uint8_t *raw = mq_dyn + sizeof(mq_smem<NM>); /* NM x MQ_BM rows of mq_raw<T>::ld bytes */
@@ -229,7 +244,7 @@ __global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
     const uint8_t *base[2] = {tile.w, NM == 1 ? NULL : tile.expert >= 0 ? expert_matrix(w2, tile.expert) : w2.data};
     mq_zero_unused(sm, tile.count);
     __syncthreads();
-    const int64_t row0 = (int64_t)blockIdx.x * MQ_BM;
+    const int64_t row0 = (int64_t)tile_x * MQ_BM;
     const int n_groups = (tile.count + 7) / 8, n_steps = (int)(w.n_cols / MQ_KS);
     float acc[NM][MQ_GROUPS][4] = {};
 #pragma unroll
@@ -270,46 +285,173 @@ __global__ void __launch_bounds__(MQ_THREADS) k_mmq(gk_mat w, gk_mat w2, gk_act 
         }
 }
 
+/* What a launch multiplies: n_mats matrices (more than one: dense, one
+ * row length, the same activation rows), matrix m's row tiles ending
+ * before grid.x tile ends[m]; all of type T but the last, of type TL.
+ * glu: up is the GLU pair's second matrix (NM == 2, one matrix). */
+struct mq_job {
+    gk_mat w[MQ_MATS];
+    gk_out out[MQ_MATS];
+    int ends[MQ_MATS];
+    int n_mats;
+    bool glu;
+    gk_mat up;
+};
+
+/* Five blocks a multiprocessor for the single-matrix kernels (96
+ * registers; the stacked Q, K, V launch's 640 blocks then fit one wave),
+ * four for the GLU pair's (128). */
+template <int T, int NM, int TL>
+__global__ void __launch_bounds__(MQ_THREADS, NM == 1 ? 5 : 4)
+    k_mmq(const __grid_constant__ mq_job job, gk_act x, int n_tok, const gk_route *routes, gk_groups g, bool grouped,
+          bool gather)
+{
+    gpu_pdl_wait();
+    if constexpr (NM == 2) {
+        mq_tile<T, NM>(job.w[0], job.up, x, n_tok, job.out[0], routes, g, grouped, gather, (int)blockIdx.x);
+        return;
+    }
+    int m = 0;
+    while (m + 1 < job.n_mats && (int)blockIdx.x >= job.ends[m])
+        m++;
+    const int tile_x = (int)blockIdx.x - (m > 0 ? job.ends[m - 1] : 0);
+    if (TL != T && m == job.n_mats - 1)
+        mq_tile<TL, NM>(job.w[m], job.up, x, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
+    else
+        mq_tile<T, NM>(job.w[m], job.up, x, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
+}
+
 /* Shared memory of a block: the tiles and NM weight rows' staged bytes
  * (over the 48 KiB a block gets unless its limit is raised). */
-template <int T, int NM>
-static int mmq_go(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
-                  const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+template <int T, int NM, int TL>
+static int mmq_go(gpuStream_t s, dim3 grid, const mq_job *job, const gk_act *x, int n_tok, const gk_route *routes,
+                  const gk_groups *g, bool grouped, bool gather)
 {
-    const size_t smem = sizeof(mq_smem<NM>) + (size_t)NM * MQ_BM * mq_raw<T>::ld;
-    const int e = (int)gpu_allow_smem((const void *)k_mmq<T, NM>, (int)smem);
+    const int ld_t = mq_raw<T>::ld, ld_tl = mq_raw<TL>::ld, ld = ld_t > ld_tl ? ld_t : ld_tl;
+    const size_t smem = sizeof(mq_smem<NM>) + (size_t)NM * MQ_BM * ld;
+    const int e = (int)gpu_allow_smem((const void *)k_mmq<T, NM, TL>, (int)smem);
     if (e != 0)
         return e;
-    return gk_launch(k_mmq<T, NM>, grid, MQ_THREADS, smem, s, *w, NM == 1 ? *w : *w2, *x, n_tok, *out, routes, *g,
-                     grouped, gather);
+    return gk_launch(k_mmq<T, NM, TL>, grid, MQ_THREADS, smem, s, *job, *x, n_tok, routes, *g, grouped, gather);
 }
+
+/* The stacked launch's type pairs (the last matrix another type): the
+ * Q4_K_M and Q5_K_M mixes' attn_v in Q6_K under Q4_K / Q5_K Q and K, as
+ * the decode's mixed launch (matvec.cu). */
+#define MQ_MIXED_PAIRS(X) X(GQ_Q4_K, GQ_Q6_K) X(GQ_Q5_K, GQ_Q6_K)
 
 template <int T>
-static int mmq_start(gpuStream_t s, dim3 grid, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok,
-                     const gk_out *out, const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+static int mmq_start(gpuStream_t s, dim3 grid, const mq_job *job, const gk_act *x, int n_tok,
+                     const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
-    if (w2 == NULL)
-        return mmq_go<T, 1>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
-    return mmq_go<T, 2>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
+    const uint32_t last = job->w[job->n_mats - 1].type;
+    if (job->glu)
+        return mmq_go<T, 2, T>(s, grid, job, x, n_tok, routes, g, grouped, gather);
+    if (last == T)
+        return mmq_go<T, 1, T>(s, grid, job, x, n_tok, routes, g, grouped, gather);
+#define MQ_MIXED_(A, B)                                                                                          \
+    if constexpr (T == A)                                                                                        \
+        if (last == B)                                                                                           \
+            return mmq_go<A, 1, B>(s, grid, job, x, n_tok, routes, g, grouped, gather);
+    MQ_MIXED_PAIRS(MQ_MIXED_)
+#undef MQ_MIXED_
+    return (int)gpuErrorInvalidValue;
 }
 
-int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
-               const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+static bool mq_mixed(uint32_t type, uint32_t last)
 {
-    if (w->n_cols % MQ_KS != 0 || x->h == NULL ||
-        (w2 != NULL && (w2->type != w->type || w2->n_rows != w->n_rows || w2->n_cols != w->n_cols ||
-                        w2->row_bytes != w->row_bytes)))
-        return (int)gpuErrorInvalidValue;
-    const dim3 grid((unsigned)((w->n_rows + MQ_BM - 1) / MQ_BM), mm_grid_rows<MQ_BN>(n_tok, g, grouped));
+#define MQ_MIXED_(A, B)                                                                                          \
+    if (type == A && last == B)                                                                                  \
+        return true;
+    MQ_MIXED_PAIRS(MQ_MIXED_)
+#undef MQ_MIXED_
+    return false;
+}
+
+/* Whether w's rows start on 16-byte boundaries where mq_raw stages them
+ * without slack (the device table of a hybrid slab holds aligned slots;
+ * such rows are whole blocks of a multiple of 16 bytes). */
+static bool mq_aligned(const gk_mat *w)
+{
+    bool tight = false;
+    switch (w->type) {
+#define MQ_TIGHT_(T)                                                                                             \
+    case T:                                                                                                      \
+        tight = mq_raw<T>::aligned;                                                                              \
+        break;
+        GQ_FOR_EACH_QUANT(MQ_TIGHT_)
+#undef MQ_TIGHT_
+    default:
+        break;
+    }
+    return !tight || w->expert_data != NULL || (uintptr_t)w->data % 16 == 0;
+}
+
+static int mmq_run(gpuStream_t s, const mq_job *job, const gk_act *x, int n_tok, const gk_route *routes,
+                   const gk_groups *g, bool grouped, bool gather)
+{
+    const gk_mat *w = &job->w[0];
+    const dim3 grid((unsigned)job->ends[job->n_mats - 1], mm_grid_rows<MQ_BN>(n_tok, g, grouped));
     if (grid.x == 0 || grid.y == 0)
         return 0;
     switch (w->type) {
 #define MQ_CASE_(T)                                                                                              \
     case T:                                                                                                      \
-        return mmq_start<T>(s, grid, w, w2, x, n_tok, out, routes, g, grouped, gather);
+        return mmq_start<T>(s, grid, job, x, n_tok, routes, g, grouped, gather);
         GQ_FOR_EACH_QUANT(MQ_CASE_)
 #undef MQ_CASE_
     default:
         return (int)gpuErrorInvalidValue;
     }
+}
+
+/* Adds w's row tiles to the job, or says why not (0: added). */
+static int mq_add(mq_job *job, const gk_mat *w, const gk_out *out)
+{
+    if (job->n_mats == MQ_MATS || w->n_cols % MQ_KS != 0 || !gk_is_quant_type(w->type) || !mq_aligned(w) ||
+        (job->n_mats > 0 && w->n_cols != job->w[0].n_cols))
+        return (int)gpuErrorInvalidValue;
+    const int first = job->n_mats > 0 ? job->ends[job->n_mats - 1] : 0;
+    job->w[job->n_mats] = *w;
+    job->out[job->n_mats] = *out;
+    job->ends[job->n_mats++] = first + (int)((w->n_rows + MQ_BM - 1) / MQ_BM);
+    return 0;
+}
+
+int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x, int n_tok, const gk_out *out,
+               const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
+{
+    mq_job job = {};
+    const int e = mq_add(&job, w, out);
+    if (e != 0 || x->h == NULL ||
+        (w2 != NULL && (w2->type != w->type || w2->n_rows != w->n_rows || w2->n_cols != w->n_cols ||
+                        w2->row_bytes != w->row_bytes || !mq_aligned(w2))))
+        return e != 0 ? e : (int)gpuErrorInvalidValue;
+    job.glu = w2 != NULL;
+    if (job.glu)
+        job.up = *w2;
+    return mmq_run(s, &job, x, n_tok, routes, g, grouped, gather);
+}
+
+bool mmq_stacks(const gk_mat *const *w, int n_mats)
+{
+    mq_job job = {};
+    const gk_out none = {};
+    for (int m = 0; m < n_mats; m++)
+        if (mq_add(&job, w[m], &none) != 0 ||
+            (m > 0 && w[m]->type != w[0]->type && (m < n_mats - 1 || !mq_mixed(w[0]->type, w[m]->type))))
+            return false;
+    return n_mats > 0;
+}
+
+int mmq_launch_stack(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
+                     int n_tok)
+{
+    if (!mmq_stacks(w, n_mats) || x->h == NULL)
+        return (int)gpuErrorInvalidValue;
+    mq_job job = {};
+    for (int m = 0; m < n_mats; m++)
+        mq_add(&job, w[m], &out[m]);
+    const gk_groups none = {NULL, NULL, NULL, NULL, 0};
+    return mmq_run(s, &job, x, n_tok, NULL, &none, false, false);
 }

@@ -107,6 +107,18 @@ static hydra_status linear(gpu_session *g, const gk_mat *w, gpu_act *x, int64_t 
     return HYDRA_OK;
 }
 
+/* Prefill: n_mats quantised matrices over the same rows of x in one tiled
+ * launch (gk_matmul_multi; gk_matmul_stacks said it takes them). */
+static hydra_status linear_stack(gpu_session *g, const gk_mat *const *w, const gk_out *out, int n_mats, gpu_act *x,
+                                 int n_tok, gpu_op op)
+{
+    TRY_ST(act_half(g, x));
+    const gk_act xa = act_view(x, 0);
+    TRY(gk_matmul_multi(g->stream, w, out, n_mats, &xa, n_tok), "matmul (stacked)");
+    gpu_prof_mark(g, op);
+    return HYDRA_OK;
+}
+
 /* out = rmsnorm(x rows) as the matrices' input.  In decode the matrices
  * read the 8-bit form, which the norm kernel writes on the way. */
 static hydra_status rmsnorm(gpu_session *g, const float *x, const gk_mat *gain, int n_rows, gpu_act *out)
@@ -132,7 +144,8 @@ static bool glu_pair(const gk_mat *gate, const gk_mat *up)
 /* Q, K and V of the normed rows.  In decode, one launch for each run of
  * consecutive matrices of one type and row length (all three in one; two
  * where Q4_K_M's attn_v is Q6_K and Q, K are not, except for one token,
- * which takes the kernels' mixed launch); in prefill, one each. */
+ * which takes the kernels' mixed launch); in prefill, one stacked launch
+ * where the tiles take the three (gk_matmul_stacks), else one each. */
 static hydra_status project_qkv(gpu_session *g, int l, int n)
 {
     const gpu_weights *gw = &g->gw;
@@ -142,6 +155,8 @@ static hydra_status project_qkv(gpu_session *g, int l, int n)
     gk_out out[3];
     for (int i = 0; i < 3; i++)
         out[i] = (gk_out){.y = y[i], .y_stride = w[i]->n_rows, .bias = gw_vec(gw_at(gw, l, bias[i]))};
+    if (n > GK_MATVEC_MAX_TOK && gk_matmul_stacks(w, 3))
+        return linear_stack(g, w, out, 3, &g->xn, n, OP_QKV);
     if (n > GK_MATVEC_MAX_TOK) {
         for (int i = 0; i < 3; i++)
             TRY_ST(linear(g, w[i], &g->xn, 0, n, y[i], w[i]->n_rows, out[i].bias, false, OP_QKV));
