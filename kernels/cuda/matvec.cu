@@ -411,6 +411,151 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
         gk_topk_rows(job.tail.gating, out.y, out.y_stride, rows.n_tok, job.tail.routes);
 }
 
+/* The router as one thread-block cluster (compute capability 9.0 and
+ * later; gk_router_topk): block b of RC_BLOCKS takes experts b * per ..
+ * (b + 1) * per - 1, a warp per expert row, its first row's weights
+ * loaded before anything else (with NORM every block norms the raw row
+ * itself, block 0 also writes it).  The logits meet in block 0 through
+ * the cluster's shared memory, which turns them into probabilities
+ * (topk_probs, a warp per token) and ranks them (topk_rank_block): no
+ * fence, atomic or L2 round trip of the last-block tail, no n_used rounds
+ * of a warp argmax.  The same choices as the tail; a logit is the same
+ * terms summed in another order. */
+enum {
+    RC_BLOCKS = 8, RC_THREADS = 512, RC_WARPS = RC_THREADS / GPU_WARP,
+    RC_PRE = GK_ROUTER_NORM_MAX / (8 * GPU_WARP), /* 8-value groups of a lane's first row loaded early */
+    RC_MAX_PER = GK_TAIL_MAX_EXPERTS / RC_BLOCKS, RC_NORM_PER = GK_ROUTER_NORM_MAX / RC_THREADS,
+};
+static_assert(RC_NORM_PER % Q8_GROUP == 0, "a normed row's chunks in whole groups");
+
+/* acc[t] += row . x_t for the 8-value groups from i0 on (stride 8 lanes). */
+template <int T>
+static inline __device__ void rc_dot_rest(const uint8_t *row, int64_t i0, int64_t n, int64_t n8, const float *xf,
+                                          int64_t x_stride, int n_tok, float *acc)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    float unused = 0.0f;
+    for (int64_t i = i0 + 8 * lane; i < n8; i += 8 * GPU_WARP) {
+        float wv[8];
+        float8<T>(row, i, wv);
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++)
+            if (t < n_tok)
+                dot8<false>(wv, NULL, xf + t * x_stride + i, acc[t], unused);
+    }
+    for (int64_t i = n8 + lane; i < n; i += GPU_WARP) {
+        const float wv = float_at<T>(row, i);
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++)
+            if (t < n_tok)
+                acc[t] = fmaf(wv, xf[t * x_stride + i], acc[t]);
+    }
+}
+
+template <int T, bool NORM>
+__global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job job)
+{
+    gpu_pdl_wait();
+    const gk_mat &w = job.w[0];
+    const gk_out &out = job.out[0];
+    const gk_act &x = job.x;
+    const gk_gating &g = job.tail.gating;
+    const int n_tok = job.rows.n_tok, n_expert = g.n_expert, per = (n_expert + RC_BLOCKS - 1) / RC_BLOCKS;
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    const unsigned rank = cl_rank();
+    const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
+    __shared__ float logit[MV_MAX_TOK][RC_MAX_PER];
+    __shared__ __align__(16) float xs[NORM ? GK_ROUTER_NORM_MAX : 1];
+    __shared__ float prob[MV_MAX_TOK][GK_TAIL_MAX_EXPERTS];
+    __shared__ int picked_e[MV_MAX_TOK][GK_TAIL_MAX_USED];
+    __shared__ float picked_p[MV_MAX_TOK][GK_TAIL_MAX_USED];
+    const int e_first = (int)rank * per + warp;
+    const bool has_row = warp < per && e_first < n_expert;
+    constexpr int pre = NORM ? RC_PRE : 0; /* several tokens' accumulators leave no registers for it */
+    float wpre[NORM ? RC_PRE : 1][8];
+#pragma unroll
+    for (int u = 0; u < pre; u++)
+        if (has_row && 8 * (lane + u * GPU_WARP) < n8)
+            float8<T>(w.data + (int64_t)e_first * w.row_bytes, 8 * (lane + u * GPU_WARP), wpre[u]);
+    const float *xf = x.f;
+    int64_t x_stride = x.n;
+    if constexpr (NORM) { /* one token, n % 32 == 0 */
+        __shared__ double red_d[RC_WARPS];
+        float v[RC_NORM_PER], gn[RC_NORM_PER];
+        norm_regs_load<RC_NORM_PER>(x.f, x.n, job.norm.gain, v, gn);
+        const float scale = norm_regs_scale<RC_NORM_PER>(v, x.n, job.norm.eps, red_d);
+        norm_regs_apply<RC_NORM_PER>(v, gn, x.n, scale, job.norm, rank == 0, 0);
+#pragma unroll
+        for (int k = 0; k < RC_NORM_PER; k++)
+            if (threadIdx.x + k * RC_THREADS < x.n)
+                xs[threadIdx.x + k * RC_THREADS] = v[k];
+        __syncthreads();
+        xf = xs;
+        x_stride = 0;
+    }
+    for (int le = warp; le < per && (int)rank * per + le < n_expert; le += RC_WARPS) {
+        const int e = (int)rank * per + le;
+        const uint8_t *row = w.data + (int64_t)e * w.row_bytes;
+        float acc[MV_MAX_TOK], unused = 0.0f;
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++)
+            acc[t] = 0.0f;
+        int64_t i0 = 0;
+        if (le == warp) { /* the row loaded early */
+#pragma unroll
+            for (int u = 0; u < pre; u++)
+#pragma unroll
+                for (int t = 0; t < MV_MAX_TOK; t++)
+                    if (t < n_tok && 8 * (lane + u * GPU_WARP) < n8)
+                        dot8<false>(wpre[u], NULL, xf + t * x_stride + 8 * (lane + u * GPU_WARP), acc[t], unused);
+            i0 = 8 * pre * GPU_WARP;
+        }
+        rc_dot_rest<T>(row, i0, n, n8, xf, x_stride, n_tok, acc);
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++) {
+            if (t >= n_tok)
+                break;
+            const float v = warp_sum(acc[t]) + (out.bias != NULL ? out.bias[e] : 0.0f);
+            if (lane == 0) {
+                logit[t][le] = v;
+                out.y[t * out.y_stride + e] = v;
+            }
+        }
+    }
+    cl_arrive();
+    cl_wait(); /* every block's logits are in its shared memory */
+    if (rank != 0) {
+        cl_arrive();
+        cl_wait(); /* block 0 has read them */
+        return;
+    }
+    for (int i = threadIdx.x; i < n_tok * n_expert; i += RC_THREADS)
+        prob[i / n_expert][i % n_expert] = *cl_map(&logit[i / n_expert][i % n_expert % per], i % n_expert / per);
+    cl_arrive();
+    __syncthreads();
+    if (warp < n_tok) {
+        float p[TK_PER_LANE];
+        topk_probs<false>(g, prob[warp], p);
+#pragma unroll
+        for (int j = 0; j < TK_PER_LANE; j++)
+            if (lane + GPU_WARP * j < n_expert)
+                prob[warp][lane + GPU_WARP * j] = p[j];
+    }
+    __syncthreads();
+    topk_rank_block(&prob[0][0], GK_TAIL_MAX_EXPERTS, n_tok, n_expert, g.n_used, &picked_e[0][0], &picked_p[0][0],
+                    GK_TAIL_MAX_USED);
+    __syncthreads();
+    topk_write_routes(g, n_tok, &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED, job.tail.routes);
+    cl_wait();
+}
+
+template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *job, bool norm)
+{
+    if (norm)
+        return gk_launch_cluster(k_router_cluster<T, true>, dim3(RC_BLOCKS), RC_THREADS, 0, s, RC_BLOCKS, *job);
+    return gk_launch_cluster(k_router_cluster<T, false>, dim3(RC_BLOCKS), RC_THREADS, 0, s, RC_BLOCKS, *job);
+}
+
 /* How a launch reads its activations: the 8-bit form, staged from the
  * float row (quantised launches), or normed from the raw row (float). */
 enum mv_input { MV_PLAIN, MV_STAGE, MV_NORM };
@@ -571,5 +716,17 @@ extern "C" int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, i
     job.tail = *tail;
     if (norm != NULL)
         job.norm = *norm;
+    const bool norm_fits = n_tok == 1 && x->n % 32 == 0 && x->n <= GK_ROUTER_NORM_MAX && w->n_cols == x->n;
+    if (gk_clusters_supported() && !out->accumulate && n_tok <= MV_MAX_TOK && (norm == NULL || norm_fits)) {
+        switch (w->type) {
+#define MV_RCASE_(T)                                                                                             \
+    case T:                                                                                                      \
+        return launch_router_cluster<T>(s, &job, norm != NULL);
+            GK_FOR_EACH_FLOAT(MV_RCASE_)
+#undef MV_RCASE_
+        default:
+            return (int)gpuErrorInvalidValue;
+        }
+    }
     return mv_launch(s, &job, 1, false, norm != NULL ? MV_NORM : MV_PLAIN);
 }

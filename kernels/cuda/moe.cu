@@ -219,6 +219,72 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route 
     row_norm_store(xr, n, sumsq, &norm, t);
 }
 
+/* Decode on Hopper and later: a thread-block cluster of CBC_BLOCKS blocks
+ * per token, block b taking the b-th slice of the row (up to CBC_PER
+ * values per thread), so that a thread's loads are a value of each route,
+ * all issued at once, on 8 SMs instead of one (the one-block kernel above
+ * stalls on its loads two thirds of its time; docs/PERFORMANCE.md, "CUDA
+ * decode, session 5").  x gets the same bits as k_moe_combine (the same
+ * sum per value); the slices' sums of squares meet through the cluster's
+ * shared memory, every block adding them in rank order, so every block
+ * norms with the same scale. */
+enum { CBC_BLOCKS = 8, CBC_PER = Q8_GROUP, CBC_THREADS = GK_NORM_THREADS };
+
+__global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *routes, const float *y, int n_used,
+                                                                int64_t n, float *x, gk_norm_out norm)
+{
+    gpu_pdl_wait();
+    __shared__ double red[CBC_THREADS / GPU_WARP];
+    __shared__ double part;
+    const int t = blockIdx.y;
+    const int64_t len = n / CBC_BLOCKS, col0 = (int64_t)cl_rank() * len;
+    float *xr = x + t * n + col0;
+    const gk_route *rt = routes + (int64_t)t * n_used;
+    const float *yt = y + (int64_t)t * n_used * n + col0;
+    float v[CBC_PER], g[CBC_PER], sub[CBC_PER];
+    norm_regs_load<CBC_PER>(xr, len, norm.gain != NULL ? norm.gain + col0 : NULL, v, g);
+#pragma unroll
+    for (int k = 0; k < CBC_PER; k++)
+        sub[k] = 0.0f;
+#pragma unroll 8
+    for (int r = 0; r < n_used; r++) {
+        const float wr = rt[r].weight;
+        const float *yr = yt + (int64_t)r * n;
+#pragma unroll
+        for (int k = 0; k < CBC_PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i < len)
+                sub[k] += wr * yr[i];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < CBC_PER; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        v[k] += sub[k];
+        if (i < len)
+            xr[i] = v[k];
+    }
+    if (norm.y == NULL)
+        return;
+    const double mine = block_sum_d(norm_regs_sumsq<CBC_PER>(v), red);
+    if (threadIdx.x == 0)
+        part = mine;
+    cl_arrive();
+    cl_wait();
+    double sumsq = 0.0;
+    for (unsigned b = 0; b < CBC_BLOCKS; b++)
+        sumsq += *cl_map(&part, b);
+    cl_arrive(); /* done with the others' shared memory */
+    norm_regs_apply_at<CBC_PER>(v, g, len, norm_scale(sumsq, n, norm.eps), norm, true, t * n + col0);
+    cl_wait();
+}
+
+static bool combine_on_cluster(const int32_t *slot_of, int n_tok, int64_t n)
+{
+    return slot_of == NULL && n_tok <= GK_MATVEC_MAX_TOK && n % (GPU_WARP * CBC_BLOCKS) == 0 &&
+           n <= (int64_t)CBC_BLOCKS * CBC_PER * CBC_THREADS && gk_clusters_supported();
+}
+
 extern "C" int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of, const float *y, int n_tok,
                               int n_used, int64_t n_embd, float *x, const gk_norm_out *norm)
 {
@@ -227,6 +293,12 @@ extern "C" int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32
     const gk_norm_out none = {NULL, 0.0f, NULL, NULL, NULL};
     if (n_used > CB_MAX_USED || (norm != NULL && norm->q != NULL && n_embd % 32 != 0))
         return (int)gpuErrorInvalidValue;
-    return gk_launch(k_moe_combine, n_tok, GK_NORM_THREADS, 0, s, routes, slot_of, y, n_used, n_embd, x, norm ? *norm : none);
-    
+    if (combine_on_cluster(slot_of, n_tok, n_embd)) {
+        const int64_t len = n_embd / CBC_BLOCKS;
+        const unsigned threads = (unsigned)(len < CBC_THREADS ? len : CBC_THREADS);
+        return gk_launch_cluster(k_moe_combine_cl, dim3(CBC_BLOCKS, (unsigned)n_tok), threads, 0, s, CBC_BLOCKS,
+                                 routes, y, n_used, n_embd, x, norm ? *norm : none);
+    }
+    return gk_launch(k_moe_combine, n_tok, GK_NORM_THREADS, 0, s, routes, slot_of, y, n_used, n_embd, x,
+                     norm ? *norm : none);
 }

@@ -98,11 +98,17 @@ static inline __device__ void q8_warp_store(float v, int8_t *q8, int32_t *meta)
     q8_warp_store_k<1>(&v, 1, q8, meta, 0, 0);
 }
 
+/* The RMSNorm scale of a row of n values from its sum of squares. */
+static inline __device__ float norm_scale(double sumsq, int64_t n, float eps)
+{
+    return 1.0f / sqrtf((float)(sumsq / (double)n) + eps);
+}
+
 /* Row `row` of the output from xr (n values) and its sum of squares. */
 static inline __device__ void row_norm_store(const float *xr, int64_t n, double sumsq, const gk_norm_out *o,
                                              int64_t row)
 {
-    const float scale = 1.0f / sqrtf((float)(sumsq / (double)n) + o->eps);
+    const float scale = norm_scale(sumsq, n, o->eps);
     float *yr = o->y + row * n;
     if (o->q == NULL) {
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -123,47 +129,63 @@ static inline __device__ void row_norm_store(const float *xr, int64_t n, double 
 enum { NR_PER_THREAD = 16 };
 
 /* The one-pass RMSNorm's pieces, for a row whose values a block holds in
- * registers (value tid + k * blockDim.x in v[k]; n % 32 == 0, n <=
- * NR_PER_THREAD * blockDim.x).  The sum of squares: per thread in k order,
- * then the block (double, as op_rmsnorm). */
-static inline __device__ float norm_regs_scale(const float *v, int64_t n, float eps, double *red)
+ * registers (value tid + k * blockDim.x in v[k]; n % 32 == 0, n <= N *
+ * blockDim.x; N a multiple of Q8_GROUP).  The sum of squares: per thread
+ * in k order, then the block (double, as op_rmsnorm). */
+template <int N = NR_PER_THREAD> static inline __device__ double norm_regs_sumsq(const float *v)
 {
     double sum = 0.0;
 #pragma unroll
-    for (int k = 0; k < NR_PER_THREAD; k++)
+    for (int k = 0; k < N; k++)
         sum += (double)v[k] * v[k];
-    sum = block_sum_d(sum, red);
-    return 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    return sum;
+}
+
+template <int N = NR_PER_THREAD>
+static inline __device__ float norm_regs_scale(const float *v, int64_t n, float eps, double *red)
+{
+    return norm_scale(block_sum_d(norm_regs_sumsq<N>(v), red), n, eps);
 }
 
 /* y = v * scale * gain (g[k]: the gain of v[k], 1 without gain, which
- * changes no bit) into v, then, with write, into row `row` of out (and its
- * 8-bit form, Q8_GROUP chunks of the warp at a time).  out by reference
- * and a flag, not a pointer that may be NULL: a kernel parameter whose
- * address is chosen at run time is copied to local memory first. */
+ * changes no bit) into v, then, with write, into out from value `base` on
+ * (a span of len values; and its 8-bit form, Q8_GROUP chunks of the warp
+ * at a time).  out by reference and a flag, not a pointer that may be
+ * NULL: a kernel parameter whose address is chosen at run time is copied
+ * to local memory first. */
+template <int N = NR_PER_THREAD>
+static inline __device__ void norm_regs_apply_at(float *v, const float *g, int64_t len, float scale,
+                                                 const gk_norm_out &out, bool write, int64_t base)
+{
+    /* whole warps: len and blockDim.x are multiples of 32; chunk k of the
+     * warp starts at first + k * blockDim.x */
+    const int64_t first = (threadIdx.x / GPU_WARP) * GPU_WARP;
+    const int n_live = first < len ? (int)((len - first + blockDim.x - 1) / blockDim.x) : 0;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        v[k] = k < n_live ? v[k] * scale * g[k] : 0.0f;
+        if (write && k < n_live)
+            out.y[base + first + (int64_t)k * blockDim.x + threadIdx.x % GPU_WARP] = v[k];
+    }
+    if (write && out.q != NULL)
+        q8_warp_store_n<N>(v, n_live, out.q, out.meta, base + first, blockDim.x);
+}
+
+/* The same for the whole row `row` of n values. */
+template <int N = NR_PER_THREAD>
 static inline __device__ void norm_regs_apply(float *v, const float *g, int64_t n, float scale, const gk_norm_out &out,
                                               bool write, int64_t row)
 {
-    /* whole warps: n and blockDim.x are multiples of 32; chunk k of the
-     * warp starts at first + k * blockDim.x */
-    const int64_t first = (threadIdx.x / GPU_WARP) * GPU_WARP;
-    const int n_live = first < n ? (int)((n - first + blockDim.x - 1) / blockDim.x) : 0;
-#pragma unroll
-    for (int k = 0; k < NR_PER_THREAD; k++) {
-        v[k] = k < n_live ? v[k] * scale * g[k] : 0.0f;
-        if (write && k < n_live)
-            out.y[row * n + first + (int64_t)k * blockDim.x + threadIdx.x % GPU_WARP] = v[k];
-    }
-    if (write && out.q != NULL)
-        q8_warp_store_n<NR_PER_THREAD>(v, n_live, out.q, out.meta, row * n + first, blockDim.x);
+    norm_regs_apply_at<N>(v, g, n, scale, out, write, row * n);
 }
 
 /* This thread's values of row xr (through L2: in a launch's tail other
  * blocks wrote it) and their gains. */
+template <int N = NR_PER_THREAD>
 static inline __device__ void norm_regs_load(const float *xr, int64_t n, const float *gain, float *v, float *g)
 {
 #pragma unroll
-    for (int k = 0; k < NR_PER_THREAD; k++) {
+    for (int k = 0; k < N; k++) {
         const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
         v[k] = i < n ? __ldcg(xr + i) : 0.0f;
         g[k] = i < n && gain != NULL ? gain[i] : 1.0f;

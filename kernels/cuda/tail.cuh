@@ -12,6 +12,11 @@
  * the counter for the next launch (graph replays need nothing) and reads
  * the others' results through L2 (__ldcg), since its own L1 may hold lines
  * read before they were written.
+ *
+ * On Hopper and later a launch can instead be one thread-block cluster
+ * (cl_* below): its blocks meet at a cluster barrier and read each other's
+ * shared memory, which costs no fence, no atomic and no trip through L2
+ * (the router, matvec.cu; the MoE combine, moe.cu).
  */
 #ifndef HYDRA_CUDA_TAIL_CUH
 #define HYDRA_CUDA_TAIL_CUH
@@ -64,18 +69,15 @@ static inline __device__ best warp_best(best x)
 
 enum { TK_PER_LANE = GK_TAIL_MAX_EXPERTS / GPU_WARP };
 
-/* One token by one warp, lane l holding experts l + 32 j in registers: the
- * same probabilities (softmax sum in double, summed in that order), the
- * same choices and weights as k_moe_topk.  n_used <= GPU_WARP: lane k
- * keeps the weight of rank k. */
-static inline __device__ void topk_warp(const gk_gating &g, const float *l, int t, gk_route *r)
+/* Lane l's probabilities of experts l + 32 j from logits l (through L2
+ * with L2: another block of the launch wrote them). */
+template <bool L2> static inline __device__ void topk_probs(const gk_gating &g, const float *l, float *p)
 {
     const int lane = threadIdx.x % GPU_WARP;
-    float p[TK_PER_LANE];
 #pragma unroll
     for (int j = 0; j < TK_PER_LANE; j++) {
         const int e = lane + GPU_WARP * j;
-        p[j] = e < g.n_expert ? __ldcg(l + e) : -INFINITY;
+        p[j] = e < g.n_expert ? (L2 ? __ldcg(l + e) : l[e]) : -INFINITY;
     }
     if (g.sigmoid) {
 #pragma unroll
@@ -102,6 +104,17 @@ static inline __device__ void topk_warp(const gk_gating &g, const float *l, int 
         for (int j = 0; j < TK_PER_LANE; j++)
             p[j] *= inv;
     }
+}
+
+/* One token by one warp, lane l holding experts l + 32 j in registers: the
+ * same probabilities (softmax sum in double, summed in that order), the
+ * same choices and weights as k_moe_topk.  n_used <= GPU_WARP: lane k
+ * keeps the weight of rank k. */
+static inline __device__ void topk_warp(const gk_gating &g, const float *l, int t, gk_route *r)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    float p[TK_PER_LANE];
+    topk_probs<true>(g, l, p);
     unsigned int chosen = 0;
     float wsum = 0.0f, mine = 0.0f;
     for (int k = 0; k < g.n_used; k++) {
@@ -135,6 +148,159 @@ static inline __device__ void gk_topk_rows(const gk_gating &g, const float *logi
     const int n_warps = (int)(blockDim.x / GPU_WARP);
     for (int t = (int)(threadIdx.x / GPU_WARP); t < n_tok; t += n_warps)
         topk_warp(g, logits + t * stride, t, routes + (int64_t)t * g.n_used);
+}
+
+/* --- thread-block clusters (compute capability 9.0 and later; the
+ * launchers check gk_clusters_supported first).  Code compiled for older
+ * architectures sees a cluster of one block, so the kernels still build
+ * there; they are never launched with more. */
+static inline __device__ unsigned cl_rank(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return __clusterRelativeBlockRank();
+#else
+    return 0;
+#endif
+}
+
+static inline __device__ unsigned cl_size(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return __clusterSizeInBlocks();
+#else
+    return 1;
+#endif
+}
+
+/* The cluster barrier in two halves: arrive (this thread's shared-memory
+ * writes released to the other blocks) and wait (theirs acquired).  Every
+ * thread of every block of the cluster takes both, in that order; a block
+ * whose shared memory others read must not exit before they have arrived
+ * after reading. */
+static inline __device__ void cl_arrive(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __cluster_barrier_arrive();
+#else
+    __syncthreads();
+#endif
+}
+
+static inline __device__ void cl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __cluster_barrier_wait();
+#endif
+}
+
+/* The address of *p (this block's shared memory) in the block of rank r. */
+template <typename V> static inline __device__ const V *cl_map(const V *p, unsigned r)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return (const V *)__cluster_map_shared_rank((const void *)p, r);
+#else
+    (void)r;
+    return p;
+#endif
+}
+
+/* Whether launches may take clusters: compute capability 9.0 or later
+ * (the device gpu_pdl_supported asks about), never on HIP. */
+static inline bool gk_clusters_supported(void)
+{
+#if defined(HYDRA_HIP)
+    return false;
+#else
+    return gpu_pdl_supported();
+#endif
+}
+
+/* gk_launch with grid.x cut into clusters of cluster_x blocks. */
+template <typename... Params, typename... Args>
+static inline int gk_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                    unsigned cluster_x, Args... args)
+{
+#if defined(HYDRA_HIP)
+    (void)kernel, (void)grid, (void)block, (void)smem, (void)s, (void)cluster_x;
+    return (int)gpuErrorInvalidValue;
+#else
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = s != 0 ? 2 : 1; /* no programmatic launch on the legacy default stream */
+    return (int)cudaLaunchKernelEx(&cfg, kernel, args...);
+#endif
+}
+
+/* --- top-k by rank, for a block: every (token, expert) pair counts the
+ * experts that come before it (a larger probability, or an equal one and
+ * a lower id), TK_SPLIT threads of a warp a share each; the pairs of rank
+ * < n_used are the choice, in rank order.  One pass instead of n_used
+ * rounds of a warp argmax, and the same choice: the rule is a strict total
+ * order, so the argmax rounds pick the ranks 0, 1, ... in turn.  A NaN
+ * probability ranks below every number (the argmax rounds' choice there
+ * depended on the scan order). */
+enum { TK_SPLIT = 4 };
+
+static inline __device__ float tk_key(float p)
+{
+    return p == p ? p : -INFINITY;
+}
+
+/* prob: n_tok rows of stride floats.  Writes picked_e / picked_p (rows of
+ * n_used) for the pairs of rank < n_used.  Every thread of the block calls
+ * it; the caller syncs before reading the picks. */
+static inline __device__ void topk_rank_block(const float *prob, int stride, int n_tok, int n_expert, int n_used,
+                                              int *picked_e, float *picked_p, int picked_stride)
+{
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
+    const int pairs_per_warp = GPU_WARP / TK_SPLIT, n_warps = blockDim.x / GPU_WARP;
+    const int share = (n_expert + TK_SPLIT - 1) / TK_SPLIT, part = lane % TK_SPLIT;
+    for (int base = warp * pairs_per_warp; base < n_tok * n_expert; base += n_warps * pairs_per_warp) {
+        const int i = base + lane / TK_SPLIT;
+        const bool live = i < n_tok * n_expert;
+        const int t = live ? i / n_expert : 0, e = live ? i % n_expert : 0;
+        const float *row = prob + t * stride;
+        const float mine = tk_key(row[e]);
+        int before = 0;
+        for (int f = part * share; f < min(n_expert, (part + 1) * share); f++) {
+            const float other = tk_key(row[f]);
+            before += other > mine || (other == mine && f < e);
+        }
+        for (int m = 1; m < TK_SPLIT; m *= 2)
+            before += gpu_shfl_xor(before, m);
+        if (live && part == 0 && before < n_used) {
+            picked_e[t * picked_stride + before] = e;
+            picked_p[t * picked_stride + before] = row[e];
+        }
+    }
+}
+
+/* The routes of n_tok tokens from their picks (after topk_rank_block and a
+ * barrier): the weight sum in rank order, as moe_select. */
+static inline __device__ void topk_write_routes(const gk_gating &g, int n_tok, const int *picked_e,
+                                                const float *picked_p, int picked_stride, gk_route *routes)
+{
+    for (int i = threadIdx.x; i < n_tok * g.n_used; i += blockDim.x) {
+        const int t = i / g.n_used, k = i % g.n_used;
+        const float *pp = picked_p + t * picked_stride;
+        float wsum = 0.0f;
+        for (int j = 0; j < g.n_used; j++)
+            wsum += pp[j];
+        routes[i].token = t;
+        routes[i].expert = picked_e[t * picked_stride + k];
+        routes[i].weight = (g.renorm ? pp[k] / wsum : pp[k]) * g.scale;
+    }
 }
 
 #endif
