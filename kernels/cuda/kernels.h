@@ -126,11 +126,16 @@ int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out
 enum { GK_TILE_TOK = 64, GK_MATMUL_K = 64 }; /* rows of n_cols % GK_MATMUL_K == 0 only */
 int gk_matmul(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out);
 /* Dense, n_mats (<= 3) quantised matrices of one row length over the same
- * n_tok rows in one launch (a layer's Q, K, V), matrix m into out[m]; one
- * type, except that the last may be another where gk_matmul_stacks says
- * so (it says whether the launch takes the matrices at all). */
+ * n_tok rows in one launch (a layer's Q, K, V), matrix m into out[m],
+ * reading activation columns x_col[m] on (x_col NULL: all 0); one type,
+ * except that the last may be another where gk_matmul_stacks says so (it
+ * says whether the launch takes the matrices at all).  Whether a matrix's
+ * launch would run faster as its two column halves (then stacked, each
+ * reading its half of the activation columns): gk_matmul_split_pays. */
 bool gk_matmul_stacks(const gk_mat *const *w, int n_mats);
-int gk_matmul_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x, int n_tok);
+int gk_matmul_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
+                    const int64_t *x_col, int n_tok);
+bool gk_matmul_split_pays(const gk_mat *w, int n_tok);
 
 typedef struct gk_groups {
     const int32_t *order;    /* slot -> route index */

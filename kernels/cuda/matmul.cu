@@ -325,9 +325,21 @@ extern "C" bool gk_matmul_stacks(const gk_mat *const *w, int n_mats)
 }
 
 extern "C" int gk_matmul_multi(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
-                               int n_tok)
+                               const int64_t *x_col, int n_tok)
 {
-    return mmq_launch_stack(s, w, out, n_mats, x, n_tok);
+    return mmq_launch_stack(s, w, out, n_mats, x, x_col, n_tok);
+}
+
+/* A block's time is its steps' latency more than its work (mmq.cu), so a
+ * launch of fewer blocks than two a multiprocessor finishes sooner as two
+ * column halves of half the steps each. */
+extern "C" bool gk_matmul_split_pays(const gk_mat *w, int n_tok)
+{
+    static int n_sm = 0;
+    if (n_sm == 0 && gpuDeviceGetAttribute(&n_sm, gpuDevAttrMultiProcessorCount, 0) != gpuSuccess)
+        n_sm = 1;
+    const int64_t blocks = (w->n_rows + MQ_TILE_ROWS - 1) / MQ_TILE_ROWS * ((n_tok + MQ_TILE_TOK - 1) / MQ_TILE_TOK);
+    return gk_is_quant_type(w->type) && w->n_cols % (2 * GK_MATMUL_K) == 0 && blocks <= 2 * (int64_t)n_sm;
 }
 
 extern "C" int gk_matmul_grouped(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_route *routes,

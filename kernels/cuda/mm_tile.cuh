@@ -84,8 +84,9 @@ int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x
  * one type but the last, which may be another in a supported pair. */
 bool mmq_stacks(const gk_mat *const *w, int n_mats);
 /* n_mats (<= 3) dense matrices over the same n_tok rows of x in one launch,
- * matrix m into out[m]. */
+ * matrix m into out[m], reading x's columns x_col[m] on (x_col NULL: 0). */
 int mmq_launch_stack(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
-                     int n_tok);
+                     const int64_t *x_col, int n_tok);
+enum { MQ_TILE_ROWS = 64, MQ_TILE_TOK = 64 }; /* mmq.cu's block tile */
 
 #endif

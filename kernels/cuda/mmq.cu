@@ -34,12 +34,14 @@
  * its work (docs/PERFORMANCE.md, session 5: ~3 us a step whether 1 or 4
  * blocks share a multiprocessor), so K's and V's 64 blocks each took as
  * long as Q's 512; stacked, the 640 blocks run as one wave (5 blocks a
- * multiprocessor).
+ * multiprocessor).  The same launch runs a long-row matrix as its two
+ * column halves (gk_matmul_split_pays), matrix m reading activation
+ * columns x_col[m] on: twice the blocks at half the steps.
  */
 #include "mm_tile.cuh"
 #include "mma.cuh"
 
-enum { MQ_BM = 64, MQ_BN = 64, MQ_KS = 64, MQ_THREADS = 128 };
+enum { MQ_BM = MQ_TILE_ROWS, MQ_BN = MQ_TILE_TOK, MQ_KS = 64, MQ_THREADS = 128 };
 enum { MQ_CH = MQ_KS / 32, MQ_LD = MQ_KS + 8, MQ_GROUPS = MQ_BN / 8, MQ_AHEAD = 2, MQ_MATS = 3 };
 
 /* MQ_LD: a row of MQ_KS halves plus 8, so a row is 36 words: the 8 rows a
@@ -124,14 +126,34 @@ static inline __device__ const uint8_t *mq_first_block(const gk_mat &w, const ui
     return base + row * w.row_bytes + (int64_t)(c0 / mq_raw<T>::per_block) * gq_traits<T>::bytes;
 }
 
+/* The 16-byte pieces of a staged super-block that one step's two chunks
+ * read, where that is fewer than all: the first `head` pieces (d, dmin
+ * and scales; Q5_K's high bits too) and the two pieces of nibbles at
+ * piece qs + 2 (j / 2) that chunks j and j + 1 share.  A super-block
+ * spans four steps, so copying it whole moved every byte four times
+ * (ncu, session 6: the L2 at 79% of its throughput in the GLU launch, the
+ * device memory at 10%).  The pieces not copied keep older bytes, which
+ * the step's chunks do not read (gq_decode). */
+template <int T> struct mq_slice {
+    enum { head = 0, qs = 0 }; /* head 0: the whole span */
+};
+template <> struct mq_slice<GQ_Q4_K> { /* {d, dmin, scales[12]}, qs[128] */
+    enum { head = 1, qs = 1 };
+};
+template <> struct mq_slice<GQ_Q5_K> { /* {d, dmin, scales[12]}, qh[32], qs[128] */
+    enum { head = 3, qs = 3 };
+};
+
 /* Starts the copies of the raw blocks of every valid weight row for the
  * step from chunk c0 (no commit: they join the activation tile's group). */
 template <int T>
 static inline __device__ void mq_stage_raw(uint8_t *raw, const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
 {
-    enum { LD = mq_raw<T>::ld, PIECES = LD / 16 };
+    enum { LD = mq_raw<T>::ld, HEAD = mq_slice<T>::head, PIECES = HEAD > 0 ? HEAD + 2 : LD / 16 };
+    static_assert(HEAD == 0 || (mq_raw<T>::aligned && mq_raw<T>::blocks == 1 && MQ_CH == 2), "a sliced step");
+    const int qs_piece = mq_slice<T>::qs + 2 * (c0 % mq_raw<T>::per_block / 2) - HEAD;
     for (int i = threadIdx.x; i < MQ_BM * PIECES; i += MQ_THREADS) {
-        const int r = i / PIECES, p = i % PIECES;
+        const int r = i / PIECES, k = i % PIECES, p = HEAD == 0 || k < HEAD ? k : qs_piece + k;
         if (row0 + r >= w.n_rows)
             continue;
         const uint8_t *first = mq_first_block<T>(w, base, row0 + r, c0);
@@ -172,18 +194,20 @@ static inline __device__ void mq_load_weights(half *t, const gk_mat &w, const ui
         dst[k] = make_int4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
 }
 
-/* Asks L2 for the block holding this thread's chunk c0 + its own (first,
- * middle and last byte: a block of up to 210 bytes spans at most three
- * 128-byte lines), so that the staging copy MQ_AHEAD steps later waits on
- * L2, not on device memory. */
+/* Asks L2 for the block holding chunk c0 + MQ_CH r_part of this thread's
+ * row (first, middle and last byte: a block of up to 210 bytes spans at
+ * most three 128-byte lines), so that the staging copies MQ_AHEAD steps
+ * later wait on L2, not on device memory: once a block, by its row's
+ * first thread, in the step that reaches it (a super-block holds four
+ * steps). */
 template <int T>
 static inline __device__ void mq_prefetch(const gk_mat &w, const uint8_t *base, int64_t row0, int c0)
 {
+    enum { PER = mq_raw<T>::per_block };
     const int r = (int)threadIdx.x / MQ_CH, c = c0 + (int)threadIdx.x % MQ_CH;
-    if (row0 + r >= w.n_rows || c >= w.n_cols / 32)
+    if (row0 + r >= w.n_rows || c >= w.n_cols / 32 || c % PER != 0)
         return;
-    const uint8_t *blk =
-        base + (row0 + r) * w.row_bytes + (int64_t)(c / (gq_traits<T>::block / 32)) * gq_traits<T>::bytes;
+    const uint8_t *blk = base + (row0 + r) * w.row_bytes + (int64_t)(c / PER) * gq_traits<T>::bytes;
     prefetch_l2(blk);
     prefetch_l2(blk + gq_traits<T>::bytes / 2);
     prefetch_l2(blk + gq_traits<T>::bytes - 1);
@@ -287,11 +311,13 @@ static inline __device__ void mq_tile(const gk_mat &w, const gk_mat &w2, const g
 
 /* What a launch multiplies: n_mats matrices (more than one: dense, one
  * row length, the same activation rows), matrix m's row tiles ending
- * before grid.x tile ends[m]; all of type T but the last, of type TL.
- * glu: up is the GLU pair's second matrix (NM == 2, one matrix). */
+ * before grid.x tile ends[m], reading activation columns x_col[m] on; all
+ * of type T but the last, of type TL.  glu: up is the GLU pair's second
+ * matrix (NM == 2, one matrix). */
 struct mq_job {
     gk_mat w[MQ_MATS];
     gk_out out[MQ_MATS];
+    int64_t x_col[MQ_MATS];
     int ends[MQ_MATS];
     int n_mats;
     bool glu;
@@ -315,10 +341,12 @@ __global__ void __launch_bounds__(MQ_THREADS, NM == 1 ? 5 : 4)
     while (m + 1 < job.n_mats && (int)blockIdx.x >= job.ends[m])
         m++;
     const int tile_x = (int)blockIdx.x - (m > 0 ? job.ends[m - 1] : 0);
+    gk_act xm = x;
+    xm.h += job.x_col[m];
     if (TL != T && m == job.n_mats - 1)
-        mq_tile<TL, NM>(job.w[m], job.up, x, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
+        mq_tile<TL, NM>(job.w[m], job.up, xm, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
     else
-        mq_tile<T, NM>(job.w[m], job.up, x, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
+        mq_tile<T, NM>(job.w[m], job.up, xm, n_tok, job.out[m], routes, g, grouped, gather, tile_x);
 }
 
 /* Shared memory of a block: the tiles and NM weight rows' staged bytes
@@ -406,7 +434,7 @@ static int mmq_run(gpuStream_t s, const mq_job *job, const gk_act *x, int n_tok,
 }
 
 /* Adds w's row tiles to the job, or says why not (0: added). */
-static int mq_add(mq_job *job, const gk_mat *w, const gk_out *out)
+static int mq_add(mq_job *job, const gk_mat *w, const gk_out *out, int64_t x_col)
 {
     if (job->n_mats == MQ_MATS || w->n_cols % MQ_KS != 0 || !gk_is_quant_type(w->type) || !mq_aligned(w) ||
         (job->n_mats > 0 && w->n_cols != job->w[0].n_cols))
@@ -414,6 +442,7 @@ static int mq_add(mq_job *job, const gk_mat *w, const gk_out *out)
     const int first = job->n_mats > 0 ? job->ends[job->n_mats - 1] : 0;
     job->w[job->n_mats] = *w;
     job->out[job->n_mats] = *out;
+    job->x_col[job->n_mats] = x_col;
     job->ends[job->n_mats++] = first + (int)((w->n_rows + MQ_BM - 1) / MQ_BM);
     return 0;
 }
@@ -422,7 +451,7 @@ int mmq_launch(gpuStream_t s, const gk_mat *w, const gk_mat *w2, const gk_act *x
                const gk_route *routes, const gk_groups *g, bool grouped, bool gather)
 {
     mq_job job = {};
-    const int e = mq_add(&job, w, out);
+    const int e = mq_add(&job, w, out, 0);
     if (e != 0 || x->h == NULL ||
         (w2 != NULL && (w2->type != w->type || w2->n_rows != w->n_rows || w2->n_cols != w->n_cols ||
                         w2->row_bytes != w->row_bytes || !mq_aligned(w2))))
@@ -438,20 +467,20 @@ bool mmq_stacks(const gk_mat *const *w, int n_mats)
     mq_job job = {};
     const gk_out none = {};
     for (int m = 0; m < n_mats; m++)
-        if (mq_add(&job, w[m], &none) != 0 ||
+        if (mq_add(&job, w[m], &none, 0) != 0 ||
             (m > 0 && w[m]->type != w[0]->type && (m < n_mats - 1 || !mq_mixed(w[0]->type, w[m]->type))))
             return false;
     return n_mats > 0;
 }
 
 int mmq_launch_stack(gpuStream_t s, const gk_mat *const *w, const gk_out *out, int n_mats, const gk_act *x,
-                     int n_tok)
+                     const int64_t *x_col, int n_tok)
 {
     if (!mmq_stacks(w, n_mats) || x->h == NULL)
         return (int)gpuErrorInvalidValue;
     mq_job job = {};
     for (int m = 0; m < n_mats; m++)
-        mq_add(&job, w[m], &out[m]);
+        mq_add(&job, w[m], &out[m], x_col != NULL ? x_col[m] : 0);
     const gk_groups none = {NULL, NULL, NULL, NULL, 0};
     return mmq_run(s, &job, x, n_tok, NULL, &none, false, false);
 }

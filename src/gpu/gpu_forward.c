@@ -114,7 +114,35 @@ static hydra_status linear_stack(gpu_session *g, const gk_mat *const *w, const g
 {
     TRY_ST(act_half(g, x));
     const gk_act xa = act_view(x, 0);
-    TRY(gk_matmul_multi(g->stream, w, out, n_mats, &xa, n_tok), "matmul (stacked)");
+    TRY(gk_matmul_multi(g->stream, w, out, n_mats, &xa, NULL, n_tok), "matmul (stacked)");
+    gpu_prof_mark(g, op);
+    return HYDRA_OK;
+}
+
+/* y += W . x (+ bias) for n_tok rows of x.  Where a prefill launch of W
+ * would leave the GPU half idle (gk_matmul_split_pays) and y's rows have
+ * no gaps: W's two column halves in one stacked launch, the low half into
+ * scratch (n_tok rows of W's), the high half added to y, then scratch
+ * added: y + hi + lo, the same order every run. */
+static hydra_status linear_add(gpu_session *g, const gk_mat *w, gpu_act *x, int n_tok, float *y, int64_t y_stride,
+                               const float *bias, float *scratch, gpu_op op)
+{
+    uint64_t half_bytes = 0;
+    const bool split = n_tok > GK_MATVEC_MAX_TOK && y_stride == w->n_rows && gk_matmul_split_pays(w, n_tok) &&
+                       quant_row_bytes(w->type, (uint64_t)w->n_cols / 2, &half_bytes);
+    gk_mat half[2] = {*w, *w};
+    half[0].n_cols = half[1].n_cols = w->n_cols / 2;
+    half[1].data = w->data + half_bytes;
+    const gk_mat *const hw[2] = {&half[0], &half[1]};
+    if (!split || !gk_matmul_stacks(hw, 2))
+        return linear(g, w, x, 0, n_tok, y, y_stride, bias, true, op);
+    const gk_out out[2] = {{.y = scratch, .y_stride = w->n_rows},
+                           {.y = y, .y_stride = w->n_rows, .bias = bias, .accumulate = true}};
+    const int64_t x_col[2] = {0, w->n_cols / 2};
+    TRY_ST(act_half(g, x));
+    const gk_act xa = act_view(x, 0);
+    TRY(gk_matmul_multi(g->stream, hw, out, 2, &xa, x_col, n_tok), "matmul (column halves)");
+    TRY(gk_add_rows(g->stream, y, scratch, NULL, n_tok, w->n_rows), "adding the low half");
     gpu_prof_mark(g, op);
     return HYDRA_OK;
 }
@@ -246,8 +274,9 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     gpu_prof_mark(g, OP_ATTN);
     act_bind(&g->att, datt, n);
     g->att.q_ready = att_q8;
-    return linear(g, gw_at(gw, l, W_ATTN_OUT), &g->att, 0, n, g->x, hp->n_embd, gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)),
-                  true, OP_ATTN_OUT);
+    /* g->y (expert outputs) is free until this layer's FFN */
+    return linear_add(g, gw_at(gw, l, W_ATTN_OUT), &g->att, n, g->x, hp->n_embd, gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)),
+                      g->y, OP_ATTN_OUT);
 }
 
 /* --- feed-forward */
