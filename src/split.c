@@ -189,10 +189,11 @@ int64_t split_col_granule(const model_weights *w, int role, int64_t unit)
     return granule;
 }
 
-/* Bytes every part of a tensor split holds whole: its unsplit sublayers. */
+/* Bytes every part of a tensor split holds whole: its unsplit sublayers,
+ * and what is never cut (attn_bytes includes the replicated part). */
 static uint64_t whole_bytes(const split_plan *p, const split_model *m)
 {
-    return (p->heads_whole ? m->attn_bytes : 0) + (p->ff_whole ? m->ffn_bytes : 0);
+    return (p->heads_whole ? m->attn_bytes : m->replicated_bytes) + (p->ff_whole ? m->ffn_bytes : 0);
 }
 
 /* Devices with a share, each every layer; the cuts of split_cut, heads and
@@ -301,28 +302,39 @@ hydra_status split_model_of(split_model *m, uint64_t **layer_bytes, const model_
             if (!(skip_experts && routed(r)))
                 lb[l] += tensor_bytes(&w->layer[l].w[r]);
     }
-    uint64_t attn = 0, ffn = 0;
+    /* Latent attention (deepseek2) is cut by query heads: each part its
+     * heads' rows of q (or q_b) and slices of the per-head k_b / v_b, while
+     * the latent (q_a, kv_a_mqa, their norms) and its cache, one row for all
+     * heads, are on every part (split_view.c). */
+    const bool latent = w->arch->attention != NULL;
+    uint64_t attn = 0, ffn = 0, replicated = 0;
     bool dense = false;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        static const int attn_roles[] = {W_ATTN_Q, W_ATTN_K, W_ATTN_V, W_ATTN_OUT};
+        static const int attn_roles[] = {W_ATTN_Q, W_ATTN_K, W_ATTN_V, W_ATTN_OUT, W_ATTN_Q_B, W_ATTN_K_B,
+                                         W_ATTN_V_B};
+        static const int latent_roles[] = {W_ATTN_Q_A, W_ATTN_Q_A_NORM, W_ATTN_KV_A_MQA, W_ATTN_KV_A_NORM};
         static const int ffn_roles[] = {W_FFN_GATE, W_FFN_UP, W_FFN_DOWN, W_SHEXP_GATE, W_SHEXP_UP, W_SHEXP_DOWN};
-        attn += kv_layer;
+        attn += latent ? 0 : kv_layer; /* the latent cache is replicated, a GQA cache cut by KV heads */
+        replicated += latent ? kv_layer : 0;
         for (size_t r = 0; r < sizeof attn_roles / sizeof attn_roles[0]; r++)
             attn += tensor_bytes(&w->layer[l].w[attn_roles[r]]);
+        for (size_t r = 0; r < sizeof latent_roles / sizeof latent_roles[0]; r++)
+            replicated += tensor_bytes(&w->layer[l].w[latent_roles[r]]);
         for (size_t r = 0; r < sizeof ffn_roles / sizeof ffn_roles[0]; r++)
             ffn += tensor_bytes(&w->layer[l].w[ffn_roles[r]]);
         dense |= w->layer[l].w[W_FFN_DOWN].data != NULL;
     }
-    const int64_t group = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1;
+    const int64_t group = latent || hp->n_head_kv == 0 ? 1 : hp->n_head / hp->n_head_kv;
     *m = (split_model){.n_layer = (int)hp->n_layer, .layer_bytes = lb,
                        .embed_bytes = tensor_bytes(&w->global[W_TOKEN_EMBD]),
                        .head_bytes = tensor_bytes(&w->global[W_OUTPUT]) + tensor_bytes(&w->global[W_OUTPUT_NORM]),
                        .scratch_bytes = placement_scratch_estimate(w, n_batch, n_ctx),
-                       .n_head_kv = (int)hp->n_head_kv,
+                       .n_head_kv = (int)(latent ? hp->n_head : hp->n_head_kv),
                        .head_granule = (int)split_col_granule(w, W_ATTN_OUT, group * hp->head_dim_v),
                        .n_ff = hp->n_ff > 0 ? hp->n_ff : hp->n_ff_shexp,
                        .ff_granule = split_col_granule(w, dense ? W_FFN_DOWN : W_SHEXP_DOWN, 1),
-                       .n_expert = (int)hp->n_expert, .attn_bytes = attn, .ffn_bytes = ffn};
+                       .n_expert = (int)hp->n_expert, .attn_bytes = attn + replicated, .ffn_bytes = ffn,
+                       .replicated_bytes = replicated};
     return HYDRA_OK;
 }
 

@@ -43,13 +43,16 @@ typedef struct split_model {
     uint64_t embed_bytes;        /* token embedding */
     uint64_t head_bytes;         /* output norm and projection */
     uint64_t scratch_bytes;      /* working buffers of one device */
-    int n_head_kv;               /* tensor split units: KV heads, */
+    int n_head_kv;               /* tensor split units: KV heads (latent attention: query heads, each
+                                  * its own slice of q, k_b, v_b; the latent is on every part), */
     int head_granule;            /* in granules whose attention output columns are whole quant blocks
                                   * (split_col_granule; 0 counts as 1), */
     int64_t n_ff, ff_granule;    /* dense FFN columns in granules (the down matrix's block), */
     int n_expert;                /* routed experts */
     uint64_t attn_bytes;         /* all layers: Q/K/V/output weights and KV cache (an unsplit */
     uint64_t ffn_bytes;          /* attention is on every part); dense and shared-expert FFN weights */
+    uint64_t replicated_bytes;   /* all layers: what every part holds whole whatever the cut (latent
+                                  * attention's q_a, kv_a_mqa, their norms and the latent cache) */
 } split_model;
 
 typedef struct split_request {
@@ -64,7 +67,7 @@ typedef struct split_part {
     int device;
     int layer0, layer1;          /* layers [layer0, layer1) */
     bool embed, head;            /* holds the token embedding / the output head */
-    int head0, head1;            /* tensor: KV heads [head0, head1) */
+    int head0, head1;            /* tensor: KV heads [head0, head1) (latent attention: query heads) */
     int64_t ff0, ff1;            /* tensor: dense FFN columns */
     int exp0, exp1;              /* tensor: routed experts */
     uint64_t need, avail;        /* bytes the part needs, bytes the device offers */

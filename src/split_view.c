@@ -32,6 +32,14 @@
  *           expert to zeros, gpu_tensor.c); the per-expert down bias keeps
  *           only the part's experts, so each expert's bias is added once
  *   summed  the attention output bias on the main part only
+ *   latent  deepseek2's attention (model/mla.c) is cut by query heads:
+ *           rows of q (attn_q, or q_b after the q_a bottleneck), the
+ *           heads' matrices of the per-head stacks k_b and v_b (pointers
+ *           into the mapping, as experts), the heads' attention output
+ *           columns; the latent (q_a, kv_a_mqa, their norms) is computed
+ *           whole on every part and its cache, one row of kv_lora + n_rot
+ *           for all heads, is replicated per part.  Exact per head: head
+ *           h's output depends on the latent and on its own slices only.
  */
 #include "split.h"
 
@@ -129,17 +137,18 @@ static hydra_status own_expert_bias(split_view *v, wtensor *t)
     return HYDRA_OK;
 }
 
-static void slice_experts(split_view *v, wtensor *t)
+/* Matrices [m0, m1) of a stack (routed experts, MLA's per-head k_b / v_b). */
+static void slice_stack(wtensor *t, int64_t m0, int64_t m1)
 {
     if (t->data == NULL)
         return;
-    t->data += (size_t)v->exp0 * t->mat_bytes;
-    t->ne[2] = v->exp1 - v->exp0;
+    t->data += (size_t)m0 * t->mat_bytes;
+    t->ne[2] = m1 - m0;
 }
 
 typedef struct cuts {
     int64_t q0, q1, k0, k1, v0, v1, o0, o1; /* Q rows, K rows, V rows, output columns */
-    int64_t h0, h1;                           /* query heads (sinks) */
+    int64_t h0, h1;                           /* query heads (sinks, MLA's per-head stacks) */
     bool heads_whole;                         /* attention not split (split_plan) */
     int64_t ff_granule, shexp_granule;        /* FFN columns per whole block run of each down matrix */
 } cuts;
@@ -147,12 +156,14 @@ typedef struct cuts {
 static hydra_status view_attention(split_view *v, layer_weights *lw, const cuts *c, bool main)
 {
     static const struct { arch_role role; int which; } rows[] = {
-        {W_ATTN_Q, 0}, {W_ATTN_Q_BIAS, 0}, {W_ATTN_K, 1}, {W_ATTN_K_BIAS, 1},
+        {W_ATTN_Q, 0}, {W_ATTN_Q_BIAS, 0}, {W_ATTN_Q_B, 0}, {W_ATTN_K, 1}, {W_ATTN_K_BIAS, 1},
         {W_ATTN_V, 2}, {W_ATTN_V_BIAS, 2}, {W_ATTN_SINKS, 3},
     };
     const int64_t lo[4] = {c->q0, c->k0, c->v0, c->h0}, hi[4] = {c->q1, c->k1, c->v1, c->h1};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         slice_rows(&lw->w[rows[i].role], lo[rows[i].which], hi[rows[i].which]);
+    slice_stack(&lw->w[W_ATTN_K_B], c->h0, c->h1);
+    slice_stack(&lw->w[W_ATTN_V_B], c->h0, c->h1);
     if (!main)
         lw->w[W_ATTN_OUT_BIAS] = (wtensor){0};
     if (c->heads_whole)
@@ -194,7 +205,7 @@ static hydra_status view_layer(split_view *v, const split_plan *plan, int part, 
         return st;
     static const arch_role stacks[] = {W_MOE_GATE, W_MOE_UP, W_MOE_DOWN};
     for (size_t i = 0; i < sizeof stacks / sizeof stacks[0]; i++)
-        slice_experts(v, &lw->w[stacks[i]]);
+        slice_stack(&lw->w[stacks[i]], v->exp0, v->exp1);
     return own_expert_bias(v, &lw->w[W_MOE_DOWN_BIAS]);
 }
 
@@ -206,9 +217,6 @@ hydra_status split_view_make(split_view *v, const model_weights *w, const split_
     const split_part *q = &plan->part[part];
     if (plan->mode != SPLIT_TENSOR || part < 0 || part >= plan->n_part)
         return hydra_fail(HYDRA_ERR_INVALID_ARG, "split view: part %d of a %d-part plan", part, plan->n_part);
-    if (w->arch->attention != NULL)
-        return hydra_fail(HYDRA_ERR_UNSUPPORTED, "-sm tensor: %s's latent attention is not split by heads yet; use "
-                          "-sm layer", w->arch->name);
     v->w = *w;
     v->w.nextn = NULL; /* the main pass only (MTP blocks are not split) */
     v->w.n_nextn = 0;
@@ -219,7 +227,11 @@ hydra_status split_view_make(split_view *v, const model_weights *w, const split_
     v->w.layer = v->layer;
     v->exp0 = q->exp0;
     v->exp1 = q->exp1;
-    const int64_t group = hp->n_head / hp->n_head_kv;
+    /* the plan's head units: KV heads with their query heads; latent
+     * attention's are query heads (split_model_of), its one latent KV head
+     * on every part */
+    const bool latent = w->arch->attention != NULL;
+    const int64_t group = latent ? 1 : hp->n_head / hp->n_head_kv;
     const cuts c = {.q0 = q->head0 * group * hp->head_dim_k, .q1 = q->head1 * group * hp->head_dim_k,
                     .k0 = q->head0 * (int64_t)hp->head_dim_k, .k1 = q->head1 * (int64_t)hp->head_dim_k,
                     .v0 = q->head0 * (int64_t)hp->head_dim_v, .v1 = q->head1 * (int64_t)hp->head_dim_v,
@@ -227,7 +239,7 @@ hydra_status split_view_make(split_view *v, const model_weights *w, const split_
                     .h0 = q->head0 * group, .h1 = q->head1 * group, .heads_whole = plan->heads_whole,
                     .ff_granule = split_col_granule(w, W_FFN_DOWN, 1),
                     .shexp_granule = split_col_granule(w, W_SHEXP_DOWN, 1)};
-    v->w.hp.n_head_kv = (uint32_t)(q->head1 - q->head0);
+    v->w.hp.n_head_kv = latent ? hp->n_head_kv : (uint32_t)(q->head1 - q->head0);
     v->w.hp.n_head = (uint32_t)((q->head1 - q->head0) * group);
     if (!q->head) /* the output head runs on the main part only */
         v->w.global[W_OUTPUT] = v->w.global[W_OUTPUT_NORM] = (wtensor){0};

@@ -133,3 +133,21 @@ ref_score ref_score_rows(const float *ref, const float *got, int n_rows, int n_v
 }
 
 bool ref_passes(const ref_case *r, ref_score s) { return s.kl <= r->max_kl_mean && s.top1 >= r->min_top1; }
+
+hydra_status ref_run_greedy(hydra_session *s, const ref_case *r, float *batch, int32_t *greedy)
+{
+    hydra_status st = hydra_session_eval(s, r->prompt, REF_PROMPT, batch);
+    for (int i = 0; i < REF_GREEDY && st == HYDRA_OK; i++) {
+        greedy[i] = ref_argmax(hydra_session_logits(s), r->n_vocab);
+        st = hydra_session_decode(s, greedy[i]);
+    }
+    return st;
+}
+
+int ref_same_prefix(const int32_t *a, const int32_t *b, int n)
+{
+    int same = 0;
+    while (same < n && a[same] == b[same])
+        same++;
+    return same;
+}

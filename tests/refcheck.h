@@ -8,6 +8,8 @@
 #ifndef HYDRA_TEST_REFCHECK_H
 #define HYDRA_TEST_REFCHECK_H
 
+#include "hydra.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,5 +62,12 @@ ref_score ref_score_rows(const float *ref, const float *got, int n_rows, int n_v
 
 /* Whether a score is within the case's bars. */
 bool ref_passes(const ref_case *r, ref_score s);
+
+/* The reference's run on s: the prompt in one batch (every row's logits
+ * into batch), then REF_GREEDY greedy ids into greedy, each decoded. */
+hydra_status ref_run_greedy(hydra_session *s, const ref_case *r, float *batch, int32_t *greedy);
+
+/* How many leading ids of a and b (n each) agree. */
+int ref_same_prefix(const int32_t *a, const int32_t *b, int n);
 
 #endif

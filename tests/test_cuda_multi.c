@@ -76,11 +76,7 @@ static hydra_status run(hydra_model *m, const split_cfg *c, const ref_case *r, r
     hydra_session *s = NULL;
     hydra_status st = open_session(m, c, &s);
     if (st == HYDRA_OK)
-        st = hydra_session_eval(s, r->prompt, REF_PROMPT, o->batch);
-    for (int i = 0; i < REF_GREEDY && st == HYDRA_OK; i++) {
-        o->greedy[i] = ref_argmax(hydra_session_logits(s), r->n_vocab);
-        st = hydra_session_decode(s, o->greedy[i]);
-    }
+        st = ref_run_greedy(s, r, o->batch, o->greedy);
     hydra_session_clear(s);
     for (int i = 0; i < REF_PROMPT && st == HYDRA_OK; i++)
         st = hydra_session_eval(s, r->prompt + i, 1, o->tbt + (size_t)i * r->n_vocab);
@@ -111,11 +107,8 @@ static void run_model(test_ctx *t_, const char *name, const split_cfg *cfgs, int
         const ref_score b = ref_score_rows(ref, two.batch, REF_PROMPT, r.n_vocab);
         const ref_score tb = ref_score_rows(ref, two.tbt, REF_PROMPT, r.n_vocab);
         const ref_score vs1 = ref_score_rows(one.tbt, two.tbt, REF_PROMPT, r.n_vocab);
-        int same = 0, as_ref = 0;
-        while (same < REF_GREEDY && one.greedy[same] == two.greedy[same])
-            same++;
-        while (as_ref < REF_GREEDY && r.greedy[as_ref] == two.greedy[as_ref])
-            as_ref++;
+        const int same = ref_same_prefix(one.greedy, two.greedy, REF_GREEDY);
+        const int as_ref = ref_same_prefix(r.greedy, two.greedy, REF_GREEDY);
         printf("  %-20s %-26s batch KL %.2e top1 %.3f | tokenwise KL %.2e top1 %.3f | vs 1 GPU KL %.2e | greedy "
                "same as 1 GPU %d/%d, as llama.cpp %d (bar %d)\n", name, cfgs[i].desc, b.kl, b.top1, tb.kl, tb.top1,
                vs1.kl, same, REF_GREEDY, as_ref, r.min_greedy_match);
@@ -172,8 +165,8 @@ TEST(cuda_multi_layer_hybrid_slab)
 /* -sm tensor: partial sums in another order than one GPU's, so the KL
  * bars against one GPU and llama.cpp; the greedy ids equal one GPU's and
  * match llama.cpp's for tolerances.json's min_greedy_match.  Every shared
- * model the tensor split takes (deepseek2's latent attention is refused:
- * cuda_multi_tensor_refusals).  The qwen3moe-kq files' attention output
+ * model (deepseek2's latent attention cut by query heads, the latent and
+ * its cache on both devices).  The qwen3moe-kq files' attention output
  * is one 256-value block per row (4 heads x 64), so their attention is
  * not split (split_view.c): the main part's, bit for bit one GPU's. */
 static const split_cfg tensor_cfgs[] = {
@@ -193,6 +186,8 @@ MULTI_TEST(tensor, qwen2moe_tiny_f32, "qwen2moe-tiny-f32")
 MULTI_TEST(tensor, qwen2moe_tiny_q8_0, "qwen2moe-tiny-q8_0")
 MULTI_TEST(tensor, gptoss_tiny_f32, "gptoss-tiny-f32")
 MULTI_TEST(tensor, gptoss_tiny_mxfp4, "gptoss-tiny-mxfp4")
+MULTI_TEST(tensor, deepseek2_tiny_f32, "deepseek2-tiny-f32")
+MULTI_TEST(tensor, deepseek2_tiny_q8_0, "deepseek2-tiny-q8_0")
 
 /* -sm tensor with the hybrid slab (split_slab.c): each part's slab the
  * hot experts among its own, the rest computed once by the main part's
@@ -284,8 +279,7 @@ TEST(cuda_multi_tensor_hybrid_budget_qwen3moe_tiny_q8_0)
     run_model(TEST_CTX, "qwen3moe-tiny-q8_0", c, 2);
 }
 
-/* What -sm tensor does not split yet says so: latent attention (one KV
- * head here, so the plan refuses first) and the hybrid slab of a model
+/* What -sm tensor does not split yet says so: the hybrid slab of a model
  * with per-expert biases. */
 TEST(cuda_multi_tensor_refusals)
 {
@@ -294,7 +288,7 @@ TEST(cuda_multi_tensor_refusals)
         const char *model;
         bool hybrid;
         const char *says;
-    } cases[] = {{"deepseek2-tiny-q8_0", false, "-sm tensor"}, {"gptoss-tiny-mxfp4", true, "per-expert biases"}};
+    } cases[] = {{"gptoss-tiny-mxfp4", true, "per-expert biases"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hydra_model *m = NULL;
         hydra_session *s = NULL;
