@@ -14,7 +14,8 @@
  *   blocks elsewhere); x += the sum; the head on the main part.
  *
  * The 200-token prompt in one batch then 32 greedy decode steps, with
- * 2 parts (equal, -ts 3,1 -mg 1) and 4: the logits reach llama.cpp's KL
+ * 2 parts (equal, -ts 3,1 -mg 1), 4, and 2 with attention unsplit (whole
+ * on both, its output projection zero blocks off the main part): the logits reach llama.cpp's KL
  * and top-1 bars (../shared/ref, tolerances.json) and the unsplit CPU
  * session's, and the greedy ids equal the unsplit session's and match
  * llama.cpp's for min_greedy_match.
@@ -59,7 +60,10 @@ static void sim_close(sim *s)
     memset(s, 0, sizeof *s);
 }
 
-static hydra_status sim_open(sim *s, const model_weights *w, const float *ts, int n_dev, int main_gpu)
+/* head_granule > 0 replaces the model's (split_col_granule): more heads
+ * per whole block run than the model has leaves attention unsplit. */
+static hydra_status sim_open(sim *s, const model_weights *w, const float *ts, int n_dev, int main_gpu,
+                             int head_granule)
 {
     memset(s, 0, sizeof *s);
     s->w = w;
@@ -69,6 +73,7 @@ static hydra_status sim_open(sim *s, const model_weights *w, const float *ts, in
     for (int d = 0; d < SPLIT_MAX_DEV; d++)
         avail[d] = 1ull << 40; /* the fit is split.c's tests' business */
     hydra_status st = split_model_of(&m, &lb, w, SIM_CTX, REF_PROMPT, QT_F16, false);
+    m.head_granule = head_granule > 0 ? head_granule : m.head_granule;
     const split_request r = {.mode = SPLIT_TENSOR, .n_dev = n_dev, .avail = avail, .ratios = ts, .main_gpu = main_gpu};
     if (st == HYDRA_OK)
         st = split_plan_make(&s->plan, &m, &r);
@@ -205,6 +210,7 @@ static hydra_status unsplit_run(const hydra_model *m, const ref_case *r, sim_out
 typedef struct sim_cfg {
     float ts[4];
     int n_dev, main_gpu;
+    int head_granule; /* 0: the model's */
     const char *desc;
 } sim_cfg;
 
@@ -213,9 +219,9 @@ static void check_cfg(test_ctx *t_, const char *name, const model_weights *w, co
                       const sim_out *one, const sim_cfg *c)
 {
     sim s;
-    CHECK_OK(sim_open(&s, w, c->ts, c->n_dev, c->main_gpu));
+    CHECK_OK(sim_open(&s, w, c->ts, c->n_dev, c->main_gpu, c->head_granule));
     CHECK_EQ_INT(s.plan.n_part, c->n_dev);
-    CHECK(!s.plan.heads_whole);
+    CHECK(s.plan.heads_whole == (c->head_granule > (int)w->hp.n_head));
     sim_out two = {malloc(sizeof(float) * REF_PROMPT * (size_t)r->n_vocab), {0}};
     float *row = malloc(sizeof(float) * (size_t)r->n_vocab);
     if (two.batch == NULL || row == NULL) {
@@ -258,9 +264,11 @@ static void check_model(test_ctx *t_, const char *name)
     if (st == HYDRA_OK)
         st = unsplit_run(m, &r, &one);
     static const sim_cfg cfgs[] = {
-        {{1, 1}, 2, 0, "2 parts"},
-        {{3, 1}, 2, 1, "2 parts -ts 3,1 -mg 1"},
-        {{1, 1, 1, 1}, 4, 2, "4 parts -mg 2"},
+        {{1, 1}, 2, 0, 0, "2 parts"},
+        {{3, 1}, 2, 1, 0, "2 parts -ts 3,1 -mg 1"},
+        {{1, 1, 1, 1}, 4, 2, 0, "4 parts -mg 2"},
+        /* as a Q4_K attention output of 128-value heads would be cut */
+        {{1, 1}, 2, 1, 8, "2 parts, attention unsplit"},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0] && st == HYDRA_OK; i++) {
         check_cfg(t_, name, &w, &r, ref, &one, &cfgs[i]);
