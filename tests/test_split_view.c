@@ -349,6 +349,42 @@ TEST(split_view_all_experts_gptoss_tiny_mxfp4)
     unload(&ld);
 }
 
+/* Latent attention's plan: query heads as the head units (one latent KV
+ * head), and what every part holds whole whatever the cut (q_a, kv_a_mqa,
+ * their norms, the latent cache) counted in full on each part's need. */
+TEST(split_model_latent_heads_and_replicated_bytes)
+{
+    REQUIRE_SHARED();
+    loaded ld;
+    CHECK_OK(load("deepseek2-tiny-q8_0", &ld));
+    split_model m;
+    uint64_t *lb = NULL;
+    CHECK_OK(split_model_of(&m, &lb, &ld.w, 256, 64, QT_F16, false));
+    CHECK_EQ_INT(m.n_head_kv, ld.w.hp.n_head);
+    CHECK_EQ_INT(m.head_granule, 1); /* 32 output columns a head, one Q8_0 block */
+    uint64_t latent = 0;
+    for (uint32_t l = 0; l < ld.w.hp.n_layer; l++) {
+        static const arch_role roles[] = {W_ATTN_Q_A, W_ATTN_Q_A_NORM, W_ATTN_KV_A_MQA, W_ATTN_KV_A_NORM};
+        for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
+            latent += ld.w.layer[l].w[roles[r]].mat_bytes;
+        latent += 256ull * (ld.w.hp.kv_lora_rank + ld.w.hp.n_rot) * 2; /* F16 cache rows */
+    }
+    CHECK_EQ_U64(m.replicated_bytes, latent);
+    CHECK(m.attn_bytes > m.replicated_bytes);
+    const uint64_t avail[2] = {1ull << 40, 1ull << 40};
+    const split_request r = {.mode = SPLIT_TENSOR, .n_dev = 2, .avail = avail, .ratios = (const float[]){3, 1}};
+    split_plan p;
+    CHECK_OK(split_plan_make(&p, &m, &r));
+    CHECK(!p.heads_whole);
+    uint64_t layers = 0;
+    for (int l = 0; l < m.n_layer; l++)
+        layers += lb[l];
+    const uint64_t cut = (uint64_t)(0.25 * (double)(layers - latent - (p.ff_whole ? m.ffn_bytes : 0)));
+    CHECK_EQ_U64(p.part[1].need - m.scratch_bytes - m.embed_bytes, cut + latent + (p.ff_whole ? m.ffn_bytes : 0));
+    free(lb);
+    unload(&ld);
+}
+
 /* Uneven -ts: every part keeps at least one unit of each cut, the rest
  * follows the ratios; fewer KV heads (in whole-block granules) than
  * devices: attention unsplit, every part all heads, the FFN still cut. */
