@@ -137,6 +137,9 @@ int split_parse_ratios(const char *text, float *ratios, int max);
  * attention output columns, FFN gate/up rows and down columns of the
  * part; routed expert stacks of [exp0, exp1) (ne[2] the part's count);
  * the attention output bias and the output head on the main part only.
+ * Latent attention (deepseek2): the part's query heads (q / q_b rows,
+ * their k_b and v_b matrices, output columns), the latent projections
+ * whole (n_head_kv stays 1; each part caches the latent).
  * all_experts (the hybrid slab, split_slab): the routed stacks and their
  * biases stay whole, since the part's hybrid session reads any expert's
  * weights from the mapping (its slab's experts, or, on the main part,
