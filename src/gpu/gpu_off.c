@@ -7,6 +7,7 @@
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
+#include "gpu_check_stack.h"
 
 #include "../error.h"
 
@@ -274,5 +275,12 @@ hydra_status gpu_check_matvec_mixed(uint32_t type, uint32_t last, const void *co
                                     int64_t n_cols, const float *x, float *y)
 {
     (void)type, (void)last, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_matmul_stack(const gpu_stack_mat *m, int n_mats, const float *x, int64_t x_n, int n_tok,
+                                    float *y_stack, float *y_each)
+{
+    (void)m, (void)n_mats, (void)x, (void)x_n, (void)n_tok, (void)y_stack, (void)y_each;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
