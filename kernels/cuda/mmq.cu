@@ -31,9 +31,9 @@
  * A dense launch may stack up to MQ_MATS matrices of one row length over
  * the same activation rows (a layer's Q, K and V), grid.x running over
  * their row tiles in turn: a block's time is its steps' latency more than
- * its work (docs/PERFORMANCE.md, session 5: ~3 us a step whether 1 or 4
- * blocks share a multiprocessor), so K's and V's 64 blocks each took as
- * long as Q's 512; stacked, the 640 blocks run as one wave (5 blocks a
+ * its work (docs/PERFORMANCE.md, session 6: 2.3 us a step with one block
+ * on a multiprocessor, 3.4 with four), so K's 64 blocks alone took 68% of
+ * the time of Q's 512; stacked, the 640 blocks run as one wave (5 blocks a
  * multiprocessor).  The same launch runs a long-row matrix as its two
  * column halves (gk_matmul_split_pays), matrix m reading activation
  * columns x_col[m] on: twice the blocks at half the steps.
