@@ -56,6 +56,11 @@ bench_stats bench_probe_alone(bench_probe *p, int reps);
 
 /* The two modes; their return is the exit status. */
 int bench_kernels(const bench_options *o, bench_probe *probe);
+
+/* The core-clock probe (bench_clock.c): fixed ALU and vector loops on 1,
+ * threads / 2 and threads threads at once, each thread's rate against one
+ * thread's; prints a table (nothing off x86-64). */
+void bench_clock_probe(int threads);
 int bench_model(const bench_options *o, bench_probe *probe);
 
 /* hydra-bench --slab-sim (bench_slab.c): argv[0] is "--slab-sim". */

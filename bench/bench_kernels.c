@@ -274,6 +274,7 @@ int bench_kernels(const bench_options *o, bench_probe *probe)
         fprintf(stderr, "hydra-bench: %s\n", hydra_last_error());
         return 1;
     }
+    bench_clock_probe(o->threads);
     printf("GB/s: weight bytes read per second, mean ± sd and median; probe: median of the probe passes run\n"
            "before each repetition of the row; of probe: median GB/s / probe median.\n\n");
     printf("| type    | test       |  t | size MiB |      GB/s      | median | GFLOP/s          |  probe | of probe |\n");
