@@ -209,11 +209,14 @@ template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k
  * routes): each warp takes MVS_ROWS rows, a lane decoding chunk c of all
  * of them before their dots, so a lane has MVS_ROWS chunks' loads in
  * flight and the launch needs a quarter of the blocks (one wave instead
- * of several).  The same per-chunk terms, in the same order, as
- * k_matvec_q, so the same bits as quantize + matvec. */
-enum { MVS_ROWS = 4 };
+ * of several).  Blocks of MVS_WARPS warps: each block stages the row
+ * once for 32 rows, and each warp quantises fewer of its chunks (tg128
+ * 360.78 -> 373.64 t/s against 4 warps on the H200; docs/PERFORMANCE.md,
+ * "CUDA decode, session 6: the MoE block").  The same per-chunk terms, in
+ * the same order, as k_matvec_q, so the same bits as quantize + matvec. */
+enum { MVS_ROWS = 4, MVS_WARPS = 8 };
 
-template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_staged(const mv_job job)
+template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec_staged(const mv_job job)
 {
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
@@ -227,7 +230,7 @@ template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_
     const int8_t *xq = (const int8_t *)mv_stage;
     const int4 *xm = mv_stage + x.n / 16;
     __syncthreads();
-    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP) * MVS_ROWS;
+    const int64_t r0 = ((int64_t)blockIdx.x * MVS_WARPS + threadIdx.x / GPU_WARP) * MVS_ROWS;
     if (r0 >= w.n_rows)
         return;
     const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(w.n_cols / 32);
@@ -571,8 +574,8 @@ template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job
 {
     if (in == MV_STAGE) {
         const size_t smem = (size_t)job->x.n + (size_t)job->x.n / 32 * sizeof(int4);
-        const dim3 grid_s((unsigned)((job->w[0].n_rows + MV_WARPS * MVS_ROWS - 1) / (MV_WARPS * MVS_ROWS)), grid.y);
-        return gk_launch(k_matvec_staged<T>, grid_s, MV_WARPS * GPU_WARP, smem, s, *job);
+        const dim3 grid_s((unsigned)((job->w[0].n_rows + MVS_WARPS * MVS_ROWS - 1) / (MVS_WARPS * MVS_ROWS)), grid.y);
+        return gk_launch(k_matvec_staged<T>, grid_s, MVS_WARPS * GPU_WARP, smem, s, *job);
     }
     const bool one = job->rows.routes != NULL || job->rows.n_tok == 1;
     return one ? launch_q_nt<T, 1>(s, grid, job, glu) : launch_q_nt<T, MV_MAX_TOK>(s, grid, job, glu);
