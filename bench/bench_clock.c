@@ -173,7 +173,9 @@ static uint64_t clock_calibrate(const struct clock_loop *loop, double seconds)
     }
 }
 
-static void clock_row(const struct clock_loop *loop, uint64_t iters, int threads, double one)
+/* Prints one row: loop on `threads` threads at once, against one thread's
+ * rate one (0: this is the one-thread row; *one receives its median). */
+static void clock_row(const struct clock_loop *loop, uint64_t iters, int threads, double *one)
 {
     static double rate[CLOCK_MAX_THREADS];
     if (!clock_run(loop, iters, threads, rate))
@@ -182,10 +184,13 @@ static void clock_row(const struct clock_loop *loop, uint64_t iters, int threads
     for (int i = 0; i < threads; i++)
         total += rate[i];
     bench_stats s = bench_summarise(rate, threads);
-    double one_rate = threads == 1 ? s.median : one;
+    if (threads == 1)
+        *one = s.median;
     printf("| %-19s | %2d | %6.3f / %6.3f / %6.3f | %5.3f / %5.3f / %5.3f | %8.2f | %s\n", loop->name, threads,
-           rate[0], s.median, s.best, rate[0] / one_rate, s.median / one_rate, s.best / one_rate, total, loop->unit);
+           rate[0], s.median, s.best, rate[0] / *one, s.median / *one, s.best / *one, total, loop->unit);
 }
+
+enum { CLOCK_MS = 200 }; /* per row: many kernel repetitions' worth */
 
 void bench_clock_probe(int threads)
 {
@@ -193,22 +198,23 @@ void bench_clock_probe(int threads)
     int counts[3] = {1, threads / 2, threads};
     if (threads > CLOCK_MAX_THREADS)
         return;
-    printf("Core-clock probe: fixed loops, each thread's rate (its own wall time, ~0.25 s) min / median / max,\n"
-           "and as a share of the one-thread rate; 'all': the sum over threads.\n\n");
+    printf("Core-clock probe: fixed loops, each thread's rate (its own wall time, ~%d ms) min / median / max,\n"
+           "and as a share of the one-thread rate; 'all': the sum over threads.\n\n",
+           CLOCK_MS);
     printf("| loop                |  t | per thread min / med / max | of 1 thread min/med/max | all      | unit\n");
     printf("| ------------------- | -: | -------------------------: | ----------------------: | -------: | ----\n");
     for (size_t l = 0; l < sizeof clock_loops / sizeof clock_loops[0]; l++) {
         const struct clock_loop *loop = &clock_loops[l];
         if (!loop->available(f))
             continue;
-        uint64_t iters = clock_calibrate(loop, 0.25);
-        double one;
-        if (iters == 0 || !clock_run(loop, iters, 1, &one))
+        uint64_t iters = clock_calibrate(loop, CLOCK_MS * 1e-3);
+        double one = 0.0;
+        if (iters == 0)
             continue;
-        clock_row(loop, iters, 1, one);
+        clock_row(loop, iters, 1, &one);
         for (int c = 1; c < 3; c++)
-            if (counts[c] > 1 && counts[c] != counts[c - 1])
-                clock_row(loop, iters, counts[c], one);
+            if (one > 0.0 && counts[c] > 1 && counts[c] != counts[c - 1])
+                clock_row(loop, iters, counts[c], &one);
     }
     printf("\n");
 }
