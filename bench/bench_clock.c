@@ -45,12 +45,12 @@ static uint64_t loop_imul(uint64_t iters, uint64_t seed)
  * the compiler's target; the caller checks the CPU. */
 #define CLOCK_OP12(op)                                                                                        \
     op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
-#define CLOCK_FOLD(k) "vpxor %%ymm" #k ", %%ymm0, %%ymm0\n\t"
+#define CLOCK_FOLD(k) "vpxor %%ymm" #k ", %%ymm12, %%ymm12\n\t"
 #define CLOCK_COPY(k) "vmovdqa %%ymm12, %%ymm" #k "\n\t"
 #define CLOCK_VECTOR_ASM(widen, body)                                                                          \
     __asm__ volatile("vmovq %1, %%xmm12\n\tvpbroadcastq %%xmm12, %%ymm12\n\t" CLOCK_OP12(CLOCK_COPY) widen    \
                      "1:\n\t" CLOCK_OP12(body) "dec %0\n\tjnz 1b\n\t" CLOCK_OP12(CLOCK_FOLD)                  \
-                     "vmovq %%xmm0, %1\n\tvzeroupper"                                                        \
+                     "vmovq %%xmm12, %1\n\tvzeroupper"                                                        \
                      : "+r"(iters), "+r"(seed)                                                               \
                      :                                                                                       \
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",        \
@@ -63,7 +63,7 @@ static uint64_t loop_maddubs(uint64_t iters, uint64_t seed)
     return seed;
 }
 
-/* zmm13 = zmm12 widened; the chains are zmm0..11 (their low halves fold). */
+/* zmm12, zmm13: the operands, widened; the chains are zmm0..11. */
 #define CLOCK_DPWSSD(k) "vpdpwssd %%zmm13, %%zmm12, %%zmm" #k "\n\t"
 static uint64_t loop_dpwssd(uint64_t iters, uint64_t seed)
 {
@@ -85,7 +85,7 @@ static uint64_t loop_imul_dpwssd(uint64_t iters, uint64_t seed)
                      CLOCK_DPWSSD_Y(2) CLOCK_IMUL2 CLOCK_DPWSSD_Y(3) CLOCK_DPWSSD_Y(4) CLOCK_DPWSSD_Y(5) CLOCK_IMUL2
                      CLOCK_DPWSSD_Y(6) CLOCK_DPWSSD_Y(7) CLOCK_DPWSSD_Y(8) CLOCK_IMUL2 CLOCK_DPWSSD_Y(9)
                      CLOCK_DPWSSD_Y(10) CLOCK_DPWSSD_Y(11) CLOCK_IMUL2 "dec %0\n\tjnz 1b\n\t" CLOCK_OP12(CLOCK_FOLD)
-                     "vmovq %%xmm0, %1\n\tvzeroupper"
+                     "vmovq %%xmm12, %1\n\tvzeroupper"
                      : "+r"(iters), "+r"(seed), "+r"(x)
                      :
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
