@@ -6,9 +6,11 @@
  * a long chain of dependent steps (Nsight, docs/PERFORMANCE.md "CUDA
  * decode, session 5": 4 blocks, 13.6 + 3.4 us a layer).  Here:
  *
- *   - one block per (chunk of AD_CHUNK positions, KV head, pair of the
- *     KV head's query heads): 4x the blocks, each with a quarter of the
- *     work, for a GQA group of 8;
+ *   - one block per (chunk of AD_CHUNK positions, KV head, AD_QS of the
+ *     KV head's query heads): with AD_QS = 1, 8x the blocks, each with an
+ *     eighth of the work, for a GQA group of 8 (against AD_QS = 2, tg128
+ *     381 -> 389 t/s on the H200, every CUDA test passing: docs/
+ *     PERFORMANCE.md, "Final device runs of session 6");
  *   - every cache row of the chunk (K and V) is requested at the start,
  *     before the rope, so their loads overlap it (the token's own row,
  *     not yet in the cache, comes from shared memory, rounded as the cache
@@ -32,7 +34,7 @@
  * are loaded at once. */
 enum {
     AD_THREADS = 256, AD_WARPS = AD_THREADS / GPU_WARP, AD_TPP = 16, AD_PASS = AD_THREADS / AD_TPP, AD_LOADS = 4,
-    AD_CHUNK = AD_PASS * AD_LOADS, AD_MAX_DIM = 8 * AD_TPP, AD_QS = 2,
+    AD_CHUNK = AD_PASS * AD_LOADS, AD_MAX_DIM = 8 * AD_TPP, AD_QS = 1,
 };
 
 static inline __host__ __device__ int ad_chunks(int n_kv)
