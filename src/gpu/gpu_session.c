@@ -169,7 +169,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
         e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
-        return gpu_fail(e, "zeroing the launch counter");
+        return gpu_fail(e, "zeroing the launch and attention counters");
     carve p = {0};
     CARVE(&p, g->h_step, sizeof(gk_step));
     CARVE(&p, g->h_tokens, sizeof(int32_t) * (size_t)nb);
