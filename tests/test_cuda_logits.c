@@ -98,6 +98,14 @@ TEST(cuda_multi_logits_row_equals_staged_copy)
     check_staged_vs_row(TEST_CTX, &tensor, "-sm tensor");
 }
 
+static hydra_session_params cuda_params(void)
+{
+    hydra_session_params p = hydra_session_default_params();
+    p.n_ctx = 256;
+    p.backend = HYDRA_BACKEND_CUDA;
+    return p;
+}
+
 /* Public API: a session's decode keeps its logits in the row; another
  * session's eval of the same tokens into the caller's buffer (every row
  * copied there directly) must give the same bits, and its kept logits too. */
@@ -107,9 +115,7 @@ TEST(cuda_session_decode_logits_equal_eval_into_buffer)
     REQUIRE_SHARED();
     hydra_model *m = NULL;
     CHECK_OK(util_open_shared_model(MODEL, &m));
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = 256;
-    p.backend = HYDRA_BACKEND_CUDA;
+    const hydra_session_params p = cuda_params();
     hydra_session *a = NULL, *b = NULL;
     hydra_status st = hydra_session_create(&a, m, &p);
     if (st == HYDRA_OK)
@@ -148,9 +154,7 @@ TEST(cuda_session_close_frees_pinned_logits)
     REQUIRE_SHARED();
     hydra_model *m = NULL;
     CHECK_OK(util_open_shared_model(MODEL, &m));
-    hydra_session_params p = hydra_session_default_params();
-    p.n_ctx = 256;
-    p.backend = HYDRA_BACKEND_CUDA;
+    const hydra_session_params p = cuda_params();
     uint64_t before[GPU_MEM_COUNT], open[GPU_MEM_COUNT], after[GPU_MEM_COUNT];
     gpu_mem_usage(before);
     hydra_session *s = NULL;
