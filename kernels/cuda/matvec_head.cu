@@ -12,6 +12,7 @@
  * terms in the same order, so the same bits as gk_matvec.
  */
 #include "common.cuh"
+#include "mv_row.cuh"
 
 enum { MVH_WARPS = 4, MVH_MAX_ROW_BYTES = 8192 };
 
@@ -36,26 +37,7 @@ template <int T> __global__ void __launch_bounds__(MVH_WARPS *GPU_WARP) k_matvec
     __syncwarp();
     const uint8_t *row = (const uint8_t *)row16;
     const int n_chunks = (int)(w.n_cols / 32);
-    float acc = 0.0f;
-    /* matvec.cu's mv_row_q for one token: two chunks per lane per step */
-    for (int c = lane; c < n_chunks; c += 2 * GPU_WARP) {
-        const bool two = c + GPU_WARP < n_chunks;
-        const int c2 = two ? c + GPU_WARP : c;
-        gq_chunk ch[2];
-        gq_decode<T>(row, c, &ch[0]);
-        gq_decode<T>(row, c2, &ch[1]);
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int cu = u == 0 ? c : c2;
-            const int4 *aq = (const int4 *)(x.q + 32 * cu);
-            const int4 a0 = aq[0], a1 = aq[1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = ((const int4 *)x.meta)[cu];
-            const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
-            acc += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
-        }
-    }
-    float v = warp_sum(acc);
+    float v = warp_sum(mv_dot1<T, false>(row, x.q, x.meta, n_chunks)); /* matvec.cu's order (mv_row.cuh) */
     if (lane != 0)
         return;
     if (out.bias != NULL)

@@ -140,6 +140,8 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
+    bool attn_layer;           /* one-token attention in one launch where it fits (attn_layer.cu);
+                                  HYDRA_ATTN_LAYER=0 at creation: the three launches */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */

@@ -1,0 +1,213 @@
+/*
+ * attn_layer.cu — the attention half of a one-token decode layer in one
+ * persistent launch (kernels.h, gk_attn_layer).  It was three launches,
+ * each bound by its own latency chain more than by its bytes (docs/
+ * PERFORMANCE.md, "CUDA decode, session 6: attention and the head"):
+ * Q/K/V (gk_matvec_multi, ~6 MB, 6.0-7.4 us), the attention (attn_decode.
+ * cu, 8-11 us) and the output projection added into x (gk_matvec, 4.7 MB,
+ * 5.7 us).  Here one grid of co-resident blocks runs them as phases that
+ * meet at grid barriers (grid_sync.cuh):
+ *
+ *   before the wait  each warp asks L2 for the weight rows it will dot in
+ *                    phases 1 and 3 (they do not depend on the previous
+ *                    launch), so the output projection's rows arrive
+ *                    while phases 1 and 2 run;
+ *   phase 1          Q/K/V rows, a warp per row (mv_row.cuh: gk_matvec's
+ *                    chunk order, the same bits), and the cache rows of
+ *                    this block's phase-2 items asked of L2;
+ *   phase 2          attn_decode.cu's items (attn_decode.cuh, the same
+ *                    code): QK-norm, RoPE, KV store, chunk partials, the
+ *                    last block of a head combining them (fence-then-
+ *                    count), the output's 8-bit form;
+ *   phase 3          x[r] += wo[r] . out (+ bias), reading out's 8-bit
+ *                    form through L2 (other blocks wrote it).
+ *
+ * The weight types are chosen at run time per matrix (a uniform branch),
+ * so every mix (Q4_K_M's Q6_K attn_v) is one instance.  Never signals the
+ * dependent launch early: the barrier needs every block resident.
+ */
+#include "attn_decode.cuh"
+#include "grid_sync.cuh"
+#include "mv_row.cuh"
+
+/* AL_MIN_BLOCKS per SM: 128 registers a thread at most (unbounded, the
+ * F32-cache instance took 150, one block an SM) */
+enum {
+    AL_THREADS = AD_THREADS, AL_WARPS = AL_THREADS / GPU_WARP, AL_MIN_BLOCKS = 2, AL_LINE = 128, AL_MAX_DEVICES = 64
+};
+
+/* The weight types the launch takes (the attention matrices of the
+ * K-quant and Q8_0 files). */
+#define AL_TYPES(X) X(GQ_Q4_K) X(GQ_Q5_K) X(GQ_Q6_K) X(GQ_Q8_0)
+
+/* Asks L2 for the bytes [p, p + n), the lines spread over the callers
+ * (index i of n_callers). */
+static inline __device__ void al_prefetch(const void *p, size_t n, int i, int n_callers)
+{
+#if !defined(HYDRA_HIP)
+    const uintptr_t end = (uintptr_t)p + n;
+    for (uintptr_t a = ((uintptr_t)p & ~(uintptr_t)(AL_LINE - 1)) + (uintptr_t)i * AL_LINE; a < end;
+         a += (uintptr_t)n_callers * AL_LINE)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+#endif
+}
+
+/* Row i of the stacked Q, K, V rows: its matrix, bias, output. */
+struct al_row {
+    gk_mat w; /* a copy: a pointer into the kernel's parameters would move them to local memory */
+    const float *bias;
+    float *y;
+    int64_t r;
+};
+
+static inline __device__ al_row al_qkv_row(const gk_attn_layer &l, int64_t i)
+{
+    const int64_t nq = l.wq.n_rows, nqk = nq + l.wk.n_rows;
+    if (i < nq)
+        return {l.wq, l.bq, l.rope.q, i};
+    if (i < nqk)
+        return {l.wk, l.bk, l.rope.k, i - nq};
+    return {l.wv, l.bv, (float *)l.rope.v, i - nqk}; /* rope.v: what the attention reads, written here */
+}
+
+/* The lane's part of row r of w . x (x's 8-bit form), by w's type. */
+template <bool CG>
+static inline __device__ float al_dot(const gk_mat &w, int64_t r, const int8_t *xq, const int32_t *meta)
+{
+    const uint8_t *row = w.data + r * (int64_t)w.row_bytes;
+    const int n_chunks = (int)(w.n_cols / 32);
+    switch (w.type) {
+#define AL_DOT_(T)                                                                                               \
+    case T:                                                                                                      \
+        return mv_dot1<T, CG>(row, xq, meta, n_chunks);
+        AL_TYPES(AL_DOT_)
+#undef AL_DOT_
+    default:
+        return 0.0f;
+    }
+}
+
+/* y = dot + bias, or y += dot + bias: mv_store's order (matvec.cu). */
+static inline __device__ void al_store(float *y, const float *bias, int64_t r, float lane_acc, bool accumulate)
+{
+    float v = warp_sum(lane_acc);
+    if (threadIdx.x % GPU_WARP != 0)
+        return;
+    if (bias != NULL)
+        v += bias[r];
+    y[r] = accumulate ? y[r] + v : v;
+}
+
+/* The cache rows (K and V of the item's KV head) of this block's phase-2
+ * items, a thread per position. */
+static inline __device__ void al_prefetch_kv(const gk_attn &a, int pos, int used, int n_items)
+{
+    const int group = a.n_head / a.n_head_kv, pairs = group / ad_qs(group), elem = a.kv_f16 ? 2 : 4;
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        const int start = item % used * AD_CHUNK, g = item / used / pairs, len = min(AD_CHUNK, pos + 1 - start);
+        for (int j = threadIdx.x; j < len; j += AL_THREADS) {
+            const int64_t p = start + j;
+            al_prefetch((const uint8_t *)a.k + (p * a.k_row + (int64_t)g * a.head_dim_k) * elem,
+                        (size_t)a.head_dim_k * elem, 0, 1);
+            al_prefetch((const uint8_t *)a.v + (p * a.v_row + (int64_t)g * a.head_dim_v) * elem,
+                        (size_t)a.head_dim_v * elem, 0, 1);
+        }
+    }
+}
+
+template <bool F16>
+__global__ void __launch_bounds__(AL_THREADS, AL_MIN_BLOCKS) k_attn_layer(const gk_attn_layer l, const gk_step *step)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    const int64_t first = (int64_t)blockIdx.x * AL_WARPS + threadIdx.x / GPU_WARP;
+    const int64_t stride = (int64_t)gridDim.x * AL_WARPS;
+    const int64_t n_qkv = l.wq.n_rows + l.wk.n_rows + l.wv.n_rows;
+    for (int64_t i = first; i < n_qkv; i += stride) {
+        const al_row p = al_qkv_row(l, i);
+        al_prefetch(p.w.data + p.r * (int64_t)p.w.row_bytes, p.w.row_bytes, lane, GPU_WARP);
+    }
+    for (int64_t r = first; r < l.wo.n_rows; r += stride)
+        al_prefetch(l.wo.data + r * (int64_t)l.wo.row_bytes, l.wo.row_bytes, lane, GPU_WARP);
+    gpu_pdl_wait();
+
+    const gk_attn &a = l.attn;
+    const int pos = step->pos0, used = ad_chunks(pos + 1);
+    const int n_items = used * (a.n_head / ad_qs(a.n_head / a.n_head_kv));
+    for (int64_t i = first; i < n_qkv; i += stride) {
+        const al_row p = al_qkv_row(l, i);
+        al_store(p.y, p.bias, p.r, al_dot<false>(p.w, p.r, l.xn.q, l.xn.meta), false);
+    }
+    al_prefetch_kv(a, pos, used, n_items);
+    gk_grid_barrier(l.bar, gridDim.x);
+
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        ad_item<F16, true>(a, l.rope, pos, item % used, item / used);
+        __syncthreads(); /* the next item reuses the item's shared memory */
+    }
+    gk_grid_barrier(l.bar, gridDim.x);
+
+    for (int64_t r = first; r < l.wo.n_rows; r += stride)
+        al_store(l.x, l.bo, r, al_dot<true>(l.wo, r, a.out_q, a.out_meta), true);
+}
+
+static bool al_type_ok(const gk_mat *w)
+{
+    bool typed = false;
+#define AL_IS_(T) typed = typed || w->type == T;
+    AL_TYPES(AL_IS_)
+#undef AL_IS_
+    return typed && w->expert_data == NULL && w->data != NULL && w->n_cols % 32 == 0;
+}
+
+extern "C" bool gk_attn_layer_fits(const gk_attn_layer *l)
+{
+#if defined(HYDRA_HIP)
+    (void)l;
+    return false;
+#else
+    const gk_attn *a = &l->attn;
+    const gk_rope *r = &l->rope;
+    int dev = 0, major = 0;
+    if (gpuGetDevice(&dev) != gpuSuccess ||
+        gpuDeviceGetAttribute(&major, GPU_ENUM(DevAttrComputeCapabilityMajor), dev) != gpuSuccess || major < 9)
+        return false;
+    const int64_t n = l->xn.n, dk = a->head_dim_k, dv = a->head_dim_v;
+    return al_type_ok(&l->wq) && al_type_ok(&l->wk) && al_type_ok(&l->wv) && al_type_ok(&l->wo) &&
+           l->wq.n_cols == n && l->wk.n_cols == n && l->wv.n_cols == n && l->wq.n_rows == a->n_head * dk &&
+           l->wk.n_rows == a->n_head_kv * dk && l->wv.n_rows == a->n_head_kv * dv &&
+           l->wo.n_cols == a->n_head * dv && gk_attention_decode_fits(a) && a->out_q != NULL &&
+           a->out_meta != NULL && r->q == a->q && r->n_tok == 1 && r->n_head == a->n_head &&
+           r->n_head_kv == a->n_head_kv && r->head_dim_k == dk && r->head_dim_v == dv && r->n_rot <= dk &&
+           r->kv_f16 == a->kv_f16 && r->k_cache == a->k && r->v_cache == a->v && l->x != NULL && l->bar != NULL;
+#endif
+}
+
+/* The grid: every block resident at once (the barrier's condition),
+ * asked once per device, and no more blocks than the largest phase has
+ * warps' or items' work for. */
+template <bool F16> static int al_launch(gpuStream_t s, const gk_attn_layer *l, const gk_step *step)
+{
+    static int resident[AL_MAX_DEVICES]; /* 0: not asked yet; the same answer whoever writes it */
+    int dev = 0;
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= AL_MAX_DEVICES)
+        return (int)gpuErrorInvalidValue;
+    if (resident[dev] == 0)
+        resident[dev] = gk_coresident_blocks(k_attn_layer<F16>, AL_THREADS, 0);
+    const gk_attn *a = &l->attn;
+    const int64_t rows = l->wq.n_rows + l->wk.n_rows + l->wv.n_rows;
+    const int64_t items = (int64_t)ad_chunks(a->max_kv) * (a->n_head / ad_qs(a->n_head / a->n_head_kv));
+    int64_t work = (rows + AL_WARPS - 1) / AL_WARPS;
+    work = work > items ? work : items;
+    work = work > (l->wo.n_rows + AL_WARPS - 1) / AL_WARPS ? work : (l->wo.n_rows + AL_WARPS - 1) / AL_WARPS;
+    const int blocks = (int)(work < resident[dev] ? work : resident[dev]);
+    if (blocks < 1)
+        return (int)gpuErrorInvalidValue;
+    return gk_launch(k_attn_layer<F16>, dim3((unsigned)blocks), AL_THREADS, 0, s, *l, step);
+}
+
+extern "C" int gk_attn_layer_run(gpuStream_t s, const gk_attn_layer *l, const gk_step *step)
+{
+    if (!gk_attn_layer_fits(l))
+        return (int)gpuErrorInvalidValue;
+    return l->attn.kv_f16 ? al_launch<true>(s, l, step) : al_launch<false>(s, l, step);
+}
