@@ -3,7 +3,8 @@
  * three launches it replaces (gk_matvec for Q, K, V; gk_attention_rope;
  * gk_matvec adding the output projection into x): the same code in the
  * same order, so the K/V cache, the attention output and x must agree bit
- * for bit.  Random layers over GQA ratios 1/4/8, head sizes 64/128,
+ * for bit; both with the Q/K/V rows in the launch and after a Q/K/V
+ * launch (case 2 i and 2 i + 1 of the table's row i).  Random layers over GQA ratios 1/4/8, head sizes 64/128,
  * positions at and beside the attention's chunk edges up to a 2048
  * context, Q4_K/Q5_K/Q6_K/Q8_0 weights with a V of another type, with
  * and without QK-norm, NEOX and normal rope, F16 and F32 caches.  Skips
@@ -181,5 +182,9 @@ TEST(cuda_attn_layer_equals_three_launches)
     };
     uint64_t seed = 0xA77E1A7Eull;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        al_case(t_, ci, &cases[ci], &seed);
+        for (int qkv = 1; qkv >= 0; qkv--) { /* the whole layer, and the launch after a Q/K/V launch */
+            gpu_attn_layer_check c = cases[ci];
+            c.qkv = qkv;
+            al_case(t_, 2 * ci + (size_t)(1 - qkv), &c, &seed);
+        }
 }

@@ -33,7 +33,8 @@
 /* AL_MIN_BLOCKS per SM: 128 registers a thread at most (unbounded, the
  * F32-cache instance took 150, one block an SM) */
 enum {
-    AL_THREADS = AD_THREADS, AL_WARPS = AL_THREADS / GPU_WARP, AL_MIN_BLOCKS = 2, AL_LINE = 128, AL_MAX_DEVICES = 64
+    AL_THREADS = AD_THREADS, AL_WARPS = AL_THREADS / GPU_WARP, AL_MIN_BLOCKS = 2, AL_LINE = 128, AL_MAX_DEVICES = 64,
+    AL_ROWS = 3, /* Q/K/V rows a warp dots at once: Qwen3-30B-A3B's 5120 in one pass of 2112 warps (132 SMs) */
 };
 
 /* The weight types the launch takes (the attention matrices of the
@@ -52,38 +53,52 @@ static inline __device__ void al_prefetch(const void *p, size_t n, int i, int n_
 #endif
 }
 
-/* Row i of the stacked Q, K, V rows: its matrix, bias, output. */
-struct al_row {
-    gk_mat w; /* a copy: a pointer into the kernel's parameters would move them to local memory */
-    const float *bias;
-    float *y;
-    int64_t r;
-};
-
-static inline __device__ al_row al_qkv_row(const gk_attn_layer &l, int64_t i)
+static inline __host__ __device__ int64_t al_units(int64_t n_rows)
 {
-    const int64_t nq = l.wq.n_rows, nqk = nq + l.wk.n_rows;
-    if (i < nq)
-        return {l.wq, l.bq, l.rope.q, i};
-    if (i < nqk)
-        return {l.wk, l.bk, l.rope.k, i - nq};
-    return {l.wv, l.bv, (float *)l.rope.v, i - nqk}; /* rope.v: what the attention reads, written here */
+    return (n_rows + AL_ROWS - 1) / AL_ROWS;
 }
 
-/* The lane's part of row r of w . x (x's 8-bit form), by w's type. */
-template <bool CG>
-static inline __device__ float al_dot(const gk_mat &w, int64_t r, const int8_t *xq, const int32_t *meta)
+/* Unit i of phase 1: AL_ROWS consecutive rows (fewer at a matrix's end)
+ * of Q, K or V stacked; its matrix (a copy: a pointer into the kernel's
+ * parameters would move them to local memory), bias, output. */
+struct al_unit {
+    gk_mat w;
+    const float *bias;
+    float *y;
+    int64_t r0;
+};
+
+static inline __device__ al_unit al_qkv_unit(const gk_attn_layer &l, int64_t i)
 {
-    const uint8_t *row = w.data + r * (int64_t)w.row_bytes;
+    const int64_t uq = al_units(l.wq.n_rows), uqk = uq + al_units(l.wk.n_rows);
+    if (i < uq)
+        return {l.wq, l.bq, l.rope.q, i * AL_ROWS};
+    if (i < uqk)
+        return {l.wk, l.bk, l.rope.k, (i - uq) * AL_ROWS};
+    return {l.wv, l.bv, (float *)l.rope.v, (i - uqk) * AL_ROWS}; /* rope.v: what the attention reads, written here */
+}
+
+/* acc[k]: the lane's part of row r0 + k of w . x (x's 8-bit form) for k <
+ * R, by w's type; rows past the end repeat the last, unused. */
+template <bool CG, int R>
+static inline __device__ void al_dot(const gk_mat &w, int64_t r0, const int8_t *xq, const int32_t *meta, float *acc)
+{
+    const uint8_t *rows[R];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        rows[k] = w.data + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * (int64_t)w.row_bytes;
     const int n_chunks = (int)(w.n_cols / 32);
     switch (w.type) {
 #define AL_DOT_(T)                                                                                               \
     case T:                                                                                                      \
-        return mv_dot1<T, CG>(row, xq, meta, n_chunks);
+        mv_dot_rows<T, CG, R>(rows, xq, meta, n_chunks, acc);                                                    \
+        return;
         AL_TYPES(AL_DOT_)
 #undef AL_DOT_
     default:
-        return 0.0f;
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            acc[k] = 0.0f;
     }
 }
 
@@ -121,10 +136,11 @@ __global__ void __launch_bounds__(AL_THREADS, AL_MIN_BLOCKS) k_attn_layer(const 
     const int lane = threadIdx.x % GPU_WARP;
     const int64_t first = (int64_t)blockIdx.x * AL_WARPS + threadIdx.x / GPU_WARP;
     const int64_t stride = (int64_t)gridDim.x * AL_WARPS;
-    const int64_t n_qkv = l.wq.n_rows + l.wk.n_rows + l.wv.n_rows;
-    for (int64_t i = first; i < n_qkv; i += stride) {
-        const al_row p = al_qkv_row(l, i);
-        al_prefetch(p.w.data + p.r * (int64_t)p.w.row_bytes, p.w.row_bytes, lane, GPU_WARP);
+    const int64_t n_units = l.qkv ? al_units(l.wq.n_rows) + al_units(l.wk.n_rows) + al_units(l.wv.n_rows) : 0;
+    for (int64_t i = first; i < n_units; i += stride) {
+        const al_unit u = al_qkv_unit(l, i);
+        const int64_t n = u.w.n_rows - u.r0 < AL_ROWS ? u.w.n_rows - u.r0 : AL_ROWS;
+        al_prefetch(u.w.data + u.r0 * (int64_t)u.w.row_bytes, (size_t)n * u.w.row_bytes, lane, GPU_WARP);
     }
     for (int64_t r = first; r < l.wo.n_rows; r += stride)
         al_prefetch(l.wo.data + r * (int64_t)l.wo.row_bytes, l.wo.row_bytes, lane, GPU_WARP);
@@ -133,12 +149,18 @@ __global__ void __launch_bounds__(AL_THREADS, AL_MIN_BLOCKS) k_attn_layer(const 
     const gk_attn &a = l.attn;
     const int pos = step->pos0, used = ad_chunks(pos + 1);
     const int n_items = used * (a.n_head / ad_qs(a.n_head / a.n_head_kv));
-    for (int64_t i = first; i < n_qkv; i += stride) {
-        const al_row p = al_qkv_row(l, i);
-        al_store(p.y, p.bias, p.r, al_dot<false>(p.w, p.r, l.xn.q, l.xn.meta), false);
+    for (int64_t i = first; i < n_units; i += stride) {
+        const al_unit u = al_qkv_unit(l, i);
+        float acc[AL_ROWS];
+        al_dot<false, AL_ROWS>(u.w, u.r0, l.xn.q, l.xn.meta, acc);
+#pragma unroll
+        for (int k = 0; k < AL_ROWS; k++)
+            if (u.r0 + k < u.w.n_rows) /* the same for the whole warp */
+                al_store(u.y, u.bias, u.r0 + k, acc[k], false);
     }
     al_prefetch_kv(a, pos, used, n_items);
-    gk_grid_barrier(l.bar, gridDim.x);
+    if (l.qkv)
+        gk_grid_barrier(l.bar, gridDim.x);
 
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         ad_item<F16, true>(a, l.rope, pos, item % used, item / used);
@@ -146,8 +168,11 @@ __global__ void __launch_bounds__(AL_THREADS, AL_MIN_BLOCKS) k_attn_layer(const 
     }
     gk_grid_barrier(l.bar, gridDim.x);
 
-    for (int64_t r = first; r < l.wo.n_rows; r += stride)
-        al_store(l.x, l.bo, r, al_dot<true>(l.wo, r, a.out_q, a.out_meta), true);
+    for (int64_t r = first; r < l.wo.n_rows; r += stride) {
+        float acc;
+        al_dot<true, 1>(l.wo, r, a.out_q, a.out_meta, &acc);
+        al_store(l.x, l.bo, r, acc, true);
+    }
 }
 
 static bool al_type_ok(const gk_mat *w)
@@ -172,10 +197,10 @@ extern "C" bool gk_attn_layer_fits(const gk_attn_layer *l)
         gpuDeviceGetAttribute(&major, GPU_ENUM(DevAttrComputeCapabilityMajor), dev) != gpuSuccess || major < 9)
         return false;
     const int64_t n = l->xn.n, dk = a->head_dim_k, dv = a->head_dim_v;
-    return al_type_ok(&l->wq) && al_type_ok(&l->wk) && al_type_ok(&l->wv) && al_type_ok(&l->wo) &&
-           l->wq.n_cols == n && l->wk.n_cols == n && l->wv.n_cols == n && l->wq.n_rows == a->n_head * dk &&
-           l->wk.n_rows == a->n_head_kv * dk && l->wv.n_rows == a->n_head_kv * dv &&
-           l->wo.n_cols == a->n_head * dv && gk_attention_decode_fits(a) && a->out_q != NULL &&
+    const bool qkv_ok = al_type_ok(&l->wq) && al_type_ok(&l->wk) && al_type_ok(&l->wv) && l->wq.n_cols == n &&
+                        l->wk.n_cols == n && l->wv.n_cols == n && l->wq.n_rows == a->n_head * dk &&
+                        l->wk.n_rows == a->n_head_kv * dk && l->wv.n_rows == a->n_head_kv * dv;
+    return (!l->qkv || qkv_ok) && al_type_ok(&l->wo) && l->wo.n_cols == a->n_head * dv && gk_attention_decode_fits(a) && a->out_q != NULL &&
            a->out_meta != NULL && r->q == a->q && r->n_tok == 1 && r->n_head == a->n_head &&
            r->n_head_kv == a->n_head_kv && r->head_dim_k == dk && r->head_dim_v == dv && r->n_rot <= dk &&
            r->kv_f16 == a->kv_f16 && r->k_cache == a->k && r->v_cache == a->v && l->x != NULL && l->bar != NULL;
@@ -194,9 +219,9 @@ template <bool F16> static int al_launch(gpuStream_t s, const gk_attn_layer *l, 
     if (resident[dev] == 0)
         resident[dev] = gk_coresident_blocks(k_attn_layer<F16>, AL_THREADS, 0);
     const gk_attn *a = &l->attn;
-    const int64_t rows = l->wq.n_rows + l->wk.n_rows + l->wv.n_rows;
+    const int64_t units = l->qkv ? al_units(l->wq.n_rows) + al_units(l->wk.n_rows) + al_units(l->wv.n_rows) : 0;
     const int64_t items = (int64_t)ad_chunks(a->max_kv) * (a->n_head / ad_qs(a->n_head / a->n_head_kv));
-    int64_t work = (rows + AL_WARPS - 1) / AL_WARPS;
+    int64_t work = (units + AL_WARPS - 1) / AL_WARPS;
     work = work > items ? work : items;
     work = work > (l->wo.n_rows + AL_WARPS - 1) / AL_WARPS ? work : (l->wo.n_rows + AL_WARPS - 1) / AL_WARPS;
     const int blocks = (int)(work < resident[dev] ? work : resident[dev]);

@@ -350,6 +350,8 @@ typedef struct gk_attn_layer {
     gk_rope rope;
     float *x;                       /* the residual row, n_embd = wo.n_rows */
     unsigned int *bar;
+    bool qkv;                       /* false: rope.q/k/v hold Q/K/V already (a gk_matvec_multi launch
+                                       before), the launch starts at the attention; wq/wk/wv unused */
 } gk_attn_layer;
 bool gk_attn_layer_fits(const gk_attn_layer *l);
 int gk_attn_layer_run(gpuStream_t s, const gk_attn_layer *l, const gk_step *step);

@@ -65,8 +65,8 @@ static gk_attn_layer layer_of(const ac_ctx *x, const gpu_check_buf *b, int which
     return l;
 }
 
-/* The three launches of gpu_forward.c's attention() for one token. */
-static int launch_ref(const gk_attn_layer *l, const gk_step *step)
+/* Q, K and V by gk_matvec, one launch each. */
+static int launch_qkv(const gk_attn_layer *l)
 {
     const gk_rows one = {.n_tok = 1};
     const gk_mat *w[3] = {&l->wq, &l->wk, &l->wv};
@@ -76,8 +76,16 @@ static int launch_ref(const gk_attn_layer *l, const gk_step *step)
         const gk_out out = {.y = y[i], .y_stride = w[i]->n_rows};
         e = gk_matvec(0, w[i], NULL, &l->xn, &one, &out);
     }
+    return e;
+}
+
+/* The three launches of gpu_forward.c's attention() for one token. */
+static int launch_ref(const gk_attn_layer *l, const gk_step *step)
+{
+    int e = launch_qkv(l);
     if (e == 0)
         e = gk_attention_rope(0, &l->attn, &l->rope, step);
+    const gk_rows one = {.n_tok = 1};
     const gk_act att = {.f = l->attn.out, .q = l->attn.out_q, .meta = l->attn.out_meta, .n = l->wo.n_cols};
     const gk_out ox = {.y = l->x, .y_stride = l->wo.n_rows, .accumulate = true};
     return e == 0 ? gk_matvec(0, &l->wo, NULL, &att, &one, &ox) : e;
@@ -86,12 +94,16 @@ static int launch_ref(const gk_attn_layer *l, const gk_step *step)
 static int launch_both(const void *ctx, const gpu_check_buf *b)
 {
     const ac_ctx *x = ctx;
-    const gk_attn_layer ref = layer_of(x, b, 0), fused = layer_of(x, b, 1);
+    const gk_attn_layer ref = layer_of(x, b, 0);
+    gk_attn_layer fused = layer_of(x, b, 1);
+    fused.qkv = x->c->qkv;
     if (!gk_attn_layer_fits(&fused))
         return (int)gpuErrorInvalidValue;
     int e = gk_quantize_rows(0, ref.xn.f, 1, ref.xn.n, (int8_t *)ref.xn.q, (int32_t *)ref.xn.meta);
     if (e == 0)
         e = launch_ref(&ref, b[AC_STEP].dev);
+    if (e == 0 && !fused.qkv)
+        e = launch_qkv(&fused);
     return e == 0 ? gk_attn_layer_run(0, &fused, b[AC_STEP].dev) : e;
 }
 

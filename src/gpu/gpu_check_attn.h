@@ -24,13 +24,15 @@ typedef struct gpu_attn_layer_check {
     float eps, theta_base;
     const float *q_norm, *k_norm;
     const void *cache_init;
+    bool qkv; /* the one launch computes Q/K/V too (else gk_matvec before it, as the check's reference) */
 } gpu_attn_layer_check;
 
 /* Both ways from the same inputs (w: Q, K, V, output weights as rows of
  * their types; x_init: the residual row): the three launches
  * (gk_matvec per matrix, gk_attention_rope, gk_matvec adding into x) give
  * x_ref and att_ref (the attention output, n_head * head_dim), the one
- * launch (gk_attn_layer_run) x_fused and att_fused; *same_cache: whether
+ * launch (gk_attn_layer_run, with qkv: from xn; without: after the same
+ * Q/K/V launches) x_fused and att_fused; *same_cache: whether
  * they left the same cache bits. */
 hydra_status gpu_check_attn_layer(const gpu_attn_layer_check *c, const void *const w[4], const float *xn,
                                   const float *x_init, float *x_ref, float *x_fused, float *att_ref,

@@ -205,9 +205,10 @@ static hydra_status project_qkv(gpu_session *g, int l, int n)
     return HYDRA_OK;
 }
 
-/* One token: Q/K/V, the attention and the output projection added into
- * x in one persistent launch (attn_layer.cu), where gk_attn_layer_fits;
- * *done says whether it took the layer (else the three launches below). */
+/* One token: Q/K/V (or a Q/K/V launch first, ATTN_LAYER_AFTER_QKV), the
+ * attention and the output projection added into x in one persistent
+ * launch (attn_layer.cu), where gk_attn_layer_fits; *done says whether it
+ * took the layer (else the three launches below). */
 static hydra_status attention_layer(gpu_session *g, int l, const step_shape *sh, const gk_rope *r, bool *done)
 {
     const arch_hparams *hp = &g->w->hp;
@@ -223,11 +224,15 @@ static hydra_status attention_layer(gpu_session *g, int l, const step_shape *sh,
                               .bq = gw_vec(gw_at(gw, l, W_ATTN_Q_BIAS)),
                               .bk = gw_vec(gw_at(gw, l, W_ATTN_K_BIAS)), .bv = gw_vec(gw_at(gw, l, W_ATTN_V_BIAS)),
                               .bo = gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)), .xn = act_view(&g->xn, 0), .attn = a,
-                              .rope = *r, .x = g->x, .bar = g->counter + GK_CTR_BAR_ATTN};
+                              .rope = *r, .x = g->x, .bar = g->counter + GK_CTR_BAR_ATTN,
+                              .qkv = g->attn_layer == ATTN_LAYER_WHOLE};
     *done = gk_attn_layer_fits(&al);
     if (!*done)
         return HYDRA_OK;
-    TRY_ST(act_quantize(g, &g->xn));
+    if (al.qkv)
+        TRY_ST(act_quantize(g, &g->xn));
+    else
+        TRY_ST(project_qkv(g, l, 1));
     TRY(gk_attn_layer_run(g->stream, &al, g->d_step), "attention layer");
     gpu_prof_mark(g, OP_ATTN);
     act_bind(&g->att, datt, 1);
@@ -266,7 +271,7 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     const bool att_q8 = plain && n <= GK_MATVEC_MAX_TOK && hp->head_dim_v % 32 == 0 &&
                         reads_8bit(gw_at(gw, l, W_ATTN_OUT));
     const bool rope_in_attention = plain && n == 1;
-    if (rope_in_attention && att_q8 && g->attn_layer && !g->o.tensor_part) {
+    if (rope_in_attention && att_q8 && g->attn_layer != ATTN_LAYER_OFF && !g->o.tensor_part) {
         bool done = false;
         TRY_ST(attention_layer(g, l, sh, &r, &done));
         if (done)

@@ -120,6 +120,13 @@ typedef struct graph_entry {
     gpuGraphExec_t exec;
 } graph_entry;
 
+/* How a one-token layer's attention runs where attn_layer.cu takes it
+ * (gk_attn_layer_fits), from HYDRA_ATTN_LAYER at the session's creation
+ * (0, 1, 2; default ATTN_LAYER_WHOLE), an A/B switch for tests and
+ * benchmarks: the three launches (Q/K/V, attention, output projection),
+ * one launch, or the Q/K/V launch then one launch for the rest. */
+typedef enum { ATTN_LAYER_OFF, ATTN_LAYER_WHOLE, ATTN_LAYER_AFTER_QKV } gpu_attn_layer_mode;
+
 struct gpu_session {
     const model_weights *w;
     gpu_options o;
@@ -140,8 +147,7 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
-    bool attn_layer;           /* one-token attention in one launch where it fits (attn_layer.cu);
-                                  HYDRA_ATTN_LAYER=0 at creation: the three launches */
+    gpu_attn_layer_mode attn_layer; /* one-token attention in one launch where it fits (attn_layer.cu) */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */
