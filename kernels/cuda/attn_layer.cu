@@ -25,6 +25,12 @@
  * The weight types are chosen at run time per matrix (a uniform branch),
  * so every mix (Q4_K_M's Q6_K attn_v) is one instance.  Never signals the
  * dependent launch early: the barrier needs every block resident.
+ *
+ * Opt-in (HYDRA_ATTN_LAYER=1, or 2 with qkv false): the same bits as the
+ * three launches, but slower on the H200 (one launch 26-30 us against
+ * 21-22 us for the three kernels; tg128 322-343 against 389-393 t/s:
+ * docs/PERFORMANCE.md, "CUDA decode, session 7"), which says what was
+ * measured and what to try next.
  */
 #include "attn_decode.cuh"
 #include "grid_sync.cuh"

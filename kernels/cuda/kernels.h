@@ -341,7 +341,8 @@ int gk_attention_decode(gpuStream_t s, const gk_attn *a, const gk_rope *rope, co
  * gk_attention_rope and gk_matvec.  bar: two zeroed words (GK_CTR_BAR_ATTN
  * of the session's counters), left zero.  Takes what gk_attn_layer_fits
  * says (CUDA, compute capability 9.0 on, the types of attn_layer.cu's
- * table, gk_attention_decode_fits with out_q); else the three launches. */
+ * table, gk_attention_decode_fits with out_q); else the three launches,
+ * which also stay the default (gpu_internal.h, gpu_attn_layer_mode). */
 typedef struct gk_attn_layer {
     gk_mat wq, wk, wv, wo;
     const float *bq, *bk, *bv, *bo; /* NULL: none */

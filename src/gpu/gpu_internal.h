@@ -122,9 +122,12 @@ typedef struct graph_entry {
 
 /* How a one-token layer's attention runs where attn_layer.cu takes it
  * (gk_attn_layer_fits), from HYDRA_ATTN_LAYER at the session's creation
- * (0, 1, 2; default ATTN_LAYER_WHOLE), an A/B switch for tests and
- * benchmarks: the three launches (Q/K/V, attention, output projection),
- * one launch, or the Q/K/V launch then one launch for the rest. */
+ * (unset or 0, 1, 2): the three launches (Q/K/V, attention, output
+ * projection), one launch, or the Q/K/V launch then one launch for the
+ * rest.  The three launches stay the default: on the H200 the one-launch
+ * forms decoded slower (tg128 322 and 330 against 393 t/s; docs/
+ * PERFORMANCE.md, "CUDA decode, session 7"), so 1 and 2 are for A/B runs
+ * and for tuning them. */
 typedef enum { ATTN_LAYER_OFF, ATTN_LAYER_WHOLE, ATTN_LAYER_AFTER_QKV } gpu_attn_layer_mode;
 
 struct gpu_session {

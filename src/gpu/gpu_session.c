@@ -212,10 +212,10 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
     g->w = w;
     g->o = *o;
     const char *attn_layer = getenv("HYDRA_ATTN_LAYER"); /* gpu_internal.h, gpu_attn_layer_mode */
-    g->attn_layer = attn_layer == NULL ? ATTN_LAYER_WHOLE
-                    : strcmp(attn_layer, "0") == 0 ? ATTN_LAYER_OFF
+    g->attn_layer = attn_layer == NULL               ? ATTN_LAYER_OFF
+                    : strcmp(attn_layer, "1") == 0 ? ATTN_LAYER_WHOLE
                     : strcmp(attn_layer, "2") == 0 ? ATTN_LAYER_AFTER_QKV
-                                                   : ATTN_LAYER_WHOLE;
+                                                   : ATTN_LAYER_OFF;
     if (g->o.profile)
         g->o.graphs = false; /* events are recorded between launches */
     gpuError_t e = gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking);
