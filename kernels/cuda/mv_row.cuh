@@ -4,10 +4,9 @@
  * warp's reduction: matvec.cu's chunk order for one token (lane c takes
  * chunks c, c + 32, ...; two per step, both decoded before either is
  * used, so their loads are in flight together; a lane without a second
- * chunk decodes its first again and adds 0 times it).  Kernels that use
- * it give the same bits as gk_matvec: matvec_head.cu (the row staged in
- * shared memory) and attn_layer.cu (activations written by other blocks
- * of the same launch: CG reads them through L2, grid_sync.cuh).
+ * chunk decodes its first again and adds 0 times it), so the same bits as
+ * gk_matvec, for attn_layer.cu (activations written by other blocks of
+ * the same launch: CG reads them through L2, grid_sync.cuh).
  */
 #ifndef HYDRA_CUDA_MV_ROW_CUH
 #define HYDRA_CUDA_MV_ROW_CUH

@@ -264,6 +264,22 @@ hydra_status gpu_check_matvec_head(uint32_t type, const void *w, int64_t n_rows,
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
+hydra_status gpu_check_head_norm(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                 const float *gain, float eps, float *y, float *y_ref)
+{
+    (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)gain, (void)eps, (void)y, (void)y_ref;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_embed_norm(uint32_t type, const void *table, int64_t n_rows, int64_t n_cols,
+                                  const int32_t *tokens, int n_tok, const float *gain, float eps,
+                                  const gpu_embed_norm_out *ref, const gpu_embed_norm_out *fused)
+{
+    (void)type, (void)table, (void)n_rows, (void)n_cols, (void)tokens, (void)n_tok, (void)gain, (void)eps, (void)ref,
+        (void)fused;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
 hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float *q, const float *k, const float *v,
                                       float *out_ref, float *out_fused, int8_t *out_q, float *out_d,
                                       bool *same_cache)
