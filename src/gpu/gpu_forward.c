@@ -449,12 +449,34 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
     return HYDRA_OK;
 }
 
+/* Whether a decode layer's MoE block takes gk_moe_decode, the whole block
+ * in one launch (moe_decode.cu), filling b: the router norms x (norm
+ * set: router_norms), one GPU's whole layer (no hybrid split, no tensor
+ * part), no shared expert (it reads xn, which that launch leaves to the
+ * next layer's norm), no biases, plain SwiGLU; else the 4-launch path. */
+static bool moe_one_launch(gpu_session *g, int l, const gk_mat *norm, const gk_gating *gating, gk_moe_block *b)
+{
+    const gpu_weights *gw = &g->gw;
+    if (norm == NULL || !g->moe_one_launch || g->hy != NULL || g->o.tensor_part ||
+        gw_at(gw, l, W_SHEXP_GATE)->data != NULL || gw_at(gw, l, W_MOE_ROUTER_BIAS)->data != NULL ||
+        gw_at(gw, l, W_MOE_DOWN_BIAS)->data != NULL || !gpu_ffn_plain(g, l))
+        return false;
+    *b = (gk_moe_block){.router = *gw_at(gw, l, W_MOE_ROUTER), .gate = *gw_at(gw, l, W_MOE_GATE),
+                        .up = *gw_at(gw, l, W_MOE_UP), .down = *gw_at(gw, l, W_MOE_DOWN), .gating = *gating,
+                        .ffn_gain = gw_vec(norm), .eps = g->w->hp.norm_eps, .x = g->x, .logits = g->router,
+                        .routes = g->routes, .h = g->h.f, .bar = g->counter + GK_CTR_BAR_MOE};
+    return gk_moe_decode_fits(b);
+}
+
 static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int64_t embd = g->w->hp.n_embd;
-    TRY_ST(route(g, l, n, &gating, norm));
+    gk_moe_block one;
+    const bool one_launch = moe_one_launch(g, l, norm, &gating, &one);
+    if (!one_launch)
+        TRY_ST(route(g, l, n, &gating, norm));
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
@@ -464,10 +486,14 @@ static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
     const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
                               .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
                               .meta = q8 ? g->xn.meta : NULL};
-    if (g->hy != NULL) /* the hybrid split: slab hits here, misses on the CPU (gpu_hybrid.c) */
+    if (one_launch) {
+        TRY(gk_moe_decode(g->stream, &one, ends ? &next : NULL), "MoE block");
+        gpu_prof_mark(g, OP_MOE_BLOCK);
+    } else if (g->hy != NULL) { /* the hybrid split: slab hits here, misses on the CPU (gpu_hybrid.c) */
         TRY_ST(gpu_hybrid_experts(g, l, n, ends ? &next : NULL));
-    else
+    } else {
         TRY_ST(gpu_moe_experts(g, l, n, ends ? &next : NULL));
+    }
     if (ends) {
         act_bind(&g->xn, embd, n);
         g->xn.q_ready = q8;

@@ -7,6 +7,7 @@
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
+#include "gpu_check_moe.h"
 #include "gpu_check_stack.h"
 
 #include "../error.h"
@@ -282,5 +283,16 @@ hydra_status gpu_check_matmul_stack(const gpu_stack_mat *m, int n_mats, const fl
                                     float *y_stack, float *y_each)
 {
     (void)m, (void)n_mats, (void)x, (void)x_n, (void)n_tok, (void)y_stack, (void)y_each;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+/* --- gpu_check_moe.h */
+
+hydra_status gpu_check_moe_decode(const gpu_moe_check *c, const void *router, const void *gate, const void *up,
+                                  const void *down, const float *ffn_gain, const float *next_gain, const float *x,
+                                  gpu_moe_result *split, gpu_moe_result *one)
+{
+    (void)c, (void)router, (void)gate, (void)up, (void)down, (void)ffn_gain, (void)next_gain, (void)x, (void)split,
+        (void)one;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
