@@ -249,33 +249,26 @@ typedef struct gk_tail {
 int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                    const gk_tail *tail, const gk_norm_out *norm);
 
-/* --- moe_decode.cu: one decode token's whole MoE block in one persistent
- * launch (router + its RMSNorm + top-k, experts gate/up with SwiGLU,
- * experts down, the combine into x, then with next the next layer's
- * RMSNorm and 8-bit form), its blocks meeting at grid barriers on bar (two
- * zeroed words: the session's GK_CTR_BAR_MOE).  x_raw: the layer's row
- * before the FFN (normed with ffn_gain, eps); x is updated in place.
- * logits (n_expert floats), routes (n_used), h (n_used * ff floats):
- * written as the 4-launch path writes them (routes and x with the same
- * bits).  Where gk_moe_decode_fits: compute capability 9.0 or later, a
- * float router of n_expert <= GK_TAIL_MAX_EXPERTS, n_used <=
- * GK_MOE_DECODE_MAX_USED, n_embd % 32 == 0 and <= GK_ROUTER_NORM_MAX, ff %
- * 32 == 0, gate and up of one shape and type with down's type in the
- * kernel's pairs, no biases. */
-enum { GK_MOE_DECODE_MAX_USED = 8 };
-typedef struct gk_moe_block {
-    gk_mat router, gate, up, down;
-    gk_gating gating;
-    const float *ffn_gain;
-    float eps;
+/* --- moe_decode.cu: one decode token's experts down projection over
+ * every route, the combine into x and with next the next layer's RMSNorm
+ * and 8-bit form, in one launch after the routed gate/up launch (which
+ * wrote h: n_used rows of down.n_cols, and routes, rank order): x with
+ * the bits of gk_matvec_staged + gk_moe_combine.  counter: a device word
+ * zero between launches (the last block resets it).  Where
+ * gk_moe_down_combine_fits: compute capability 9.0 or later, n_used <=
+ * GK_MOE_DC_MAX_USED, down rows (n_embd) % 32 == 0 and <=
+ * GK_ROUTER_NORM_MAX, down columns % 32 == 0, the kernel's down types. */
+enum { GK_MOE_DC_MAX_USED = 8 };
+typedef struct gk_moe_dc {
+    gk_mat down;
+    int n_used;
+    const gk_route *routes;
+    const float *h;
     float *x;
-    float *logits;
-    gk_route *routes;
-    float *h;
-    unsigned int *bar;
-} gk_moe_block;
-bool gk_moe_decode_fits(const gk_moe_block *b);
-int gk_moe_decode(gpuStream_t s, const gk_moe_block *b, const gk_norm_out *next);
+    unsigned int *counter;
+} gk_moe_dc;
+bool gk_moe_down_combine_fits(const gk_moe_dc *b);
+int gk_moe_down_combine(gpuStream_t s, const gk_moe_dc *b, const gk_norm_out *next);
 
 /* --- hybrid.cu: one MoE layer split between the VRAM slab (hits) and the
  * CPU (misses), issue 10.  Pointers marked "mapped" are device addresses of

@@ -112,6 +112,7 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
     const int64_t r = (int64_t)(blockIdx.x - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
     if (r >= w.n_rows)
         return;
+    const int lane = threadIdx.x % GPU_WARP;
     const mv_place p = mv_where(w, w2, rows, GLU);
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
@@ -120,8 +121,38 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = acc2[t] = 0.0f;
-    mv_dot_row<T, GLU, NT>(row, row2, n_chunks, p.n_tok, x.q + p.act0 * x.n, (const int4 *)x.meta + p.act0 * (x.n / 32),
-                           x.n, acc, acc2);
+    /* Two chunks per lane per step, both decoded before either is used,
+     * so their loads are in flight together; a lane without a second chunk
+     * decodes its first again and adds nothing for it. */
+    for (int c = lane; c < n_chunks; c += 2 * GPU_WARP) {
+        const bool two = c + GPU_WARP < n_chunks;
+        const int c2 = two ? c + GPU_WARP : c;
+        gq_chunk ch[2], chg[2];
+        gq_decode<T>(row, c, &ch[0]);
+        gq_decode<T>(row, c2, &ch[1]);
+        if (GLU) {
+            gq_decode<T>(row2, c, &chg[0]);
+            gq_decode<T>(row2, c2, &chg[1]);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= p.n_tok)
+                break;
+            const int64_t ar = p.act0 + t;
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int cu = u == 0 ? c : c2;
+                const int4 *aq = (const int4 *)(x.q + ar * x.n + 32 * cu);
+                const int4 a0 = aq[0], a1 = aq[1];
+                const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const int4 m = ((const int4 *)x.meta)[ar * (x.n / 32) + cu];
+                const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
+                acc[t] += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
+                if (GLU)
+                    acc2[t] += d * gq_chunk_dot<T>(&chg[u], a, m.y, m.z);
+            }
+        }
+    }
     mv_store<NT>(out, p, r, acc, acc2, GLU);
 }
 
@@ -210,6 +241,47 @@ template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec
  * have few rows, so a warp per row would leave most of the GPU idle). */
 enum { MVF_THREADS = 128 };
 static_assert(GK_ROUTER_NORM_MAX == NR_PER_THREAD * MVF_THREADS, "a normed router row fits the block's registers");
+
+/* Eight consecutive values of a float-format row (i % 8 == 0). */
+template <int T> static inline __device__ void float8(const uint8_t *row, int64_t i, float *w)
+{
+    if constexpr (T == GQ_F32) {
+        const float4 a = *(const float4 *)(row + 4 * i), b = *(const float4 *)(row + 4 * i + 16);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    } else {
+        const int4 raw = *(const int4 *)(row + 2 * i);
+        const uint32_t u[4] = {(uint32_t)raw.x, (uint32_t)raw.y, (uint32_t)raw.z, (uint32_t)raw.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint16_t lo = (uint16_t)(u[k] & 0xFFFF), hi = (uint16_t)(u[k] >> 16);
+            w[2 * k] = T == GQ_F16 ? gpu_half_bits_to_float(lo) : bf16_bits_to_float(lo);
+            w[2 * k + 1] = T == GQ_F16 ? gpu_half_bits_to_float(hi) : bf16_bits_to_float(hi);
+        }
+    }
+}
+
+template <int T> static inline __device__ float float_at(const uint8_t *row, int64_t i)
+{
+    if constexpr (T == GQ_F32)
+        return ((const float *)row)[i];
+    const uint16_t h = ((const uint16_t *)row)[i];
+    return T == GQ_F16 ? gpu_half_bits_to_float(h) : bf16_bits_to_float(h);
+}
+
+/* acc[t] += w[0..7] . x[0..7] (and acc2 with the up row's w2), in
+ * value order. */
+template <bool GLU>
+static inline __device__ void dot8(const float *wv, const float *wv2, const float *xp, float &acc, float &acc2)
+{
+    const float4 x0 = ((const float4 *)xp)[0], x1 = ((const float4 *)xp)[1];
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        acc = fmaf(wv[k], xv[k], acc);
+        if (GLU)
+            acc2 = fmaf(wv2[k], xv[k], acc2);
+    }
+}
 
 /* NORM (one token, n <= NR_PER_THREAD * MVF_THREADS; the router): every
  * block norms the raw row itself into shared memory before its dot, and

@@ -310,13 +310,12 @@ static gk_gating gating_of(const model_weights *w)
                        .scale = w->hp.expert_weights_scale};
 }
 
-/* Decode: one matvec launch per matrix over every route (routes with
- * expert -1, the hybrid split's misses, are skipped by the kernels). */
-hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
+/* Decode: the routes' gate and up rows (with SwiGLU) into h. */
+static hydra_status experts_gate_up(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
-    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
-    const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
+    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP);
+    const int64_t ff = gate->n_rows;
     if (reads_8bit(gate) || reads_8bit(up))
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
@@ -332,6 +331,16 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
     }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
+    return HYDRA_OK;
+}
+
+/* Decode: one matvec launch per matrix over every route (routes with
+ * expert -1, the hybrid split's misses, are skipped by the kernels). */
+hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
+{
+    const gk_mat *down = gw_at(&g->gw, l, W_MOE_DOWN);
+    const int64_t ff = gw_at(&g->gw, l, W_MOE_GATE)->n_rows, embd = g->w->hp.n_embd;
+    TRY_ST(experts_gate_up(g, l, routes, n_routes));
     /* the down launch quantises its hidden row itself where it can */
     const bool staged = reads_8bit(down) && ff % 32 == 0 && ff <= 32768;
     if (reads_8bit(down) && !staged)
@@ -383,11 +392,31 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
 
 /* Every route's expert, then each token's weighted sum added to x (and,
  * with next, the next layer's input norm). */
+/* Whether one decode token's down projection, combine and next norm take
+ * gk_moe_down_combine (one launch instead of two), filling b: one GPU's
+ * whole layer (no hybrid split, no tensor part), no down bias. */
+static bool down_combine(gpu_session *g, int l, int n, gk_moe_dc *b)
+{
+    if (n != 1 || !g->moe_fused_down || g->hy != NULL || g->o.tensor_part ||
+        gw_at(&g->gw, l, W_MOE_DOWN_BIAS)->data != NULL)
+        return false;
+    *b = (gk_moe_dc){.down = *gw_at(&g->gw, l, W_MOE_DOWN), .n_used = (int)g->w->hp.n_expert_used,
+                     .routes = g->routes, .h = g->h.f, .x = g->x, .counter = g->counter + GK_CTR_BAR_MOE};
+    return gk_moe_down_combine_fits(b);
+}
+
 hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *next)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int n_routes = n * gating.n_used;
+    gk_moe_dc dc;
+    if (down_combine(g, l, n, &dc)) {
+        TRY_ST(experts_gate_up(g, l, g->routes, n_routes));
+        TRY(gk_moe_down_combine(g->stream, &dc, next), "experts down + combine");
+        gpu_prof_mark(g, OP_COMBINE);
+        return HYDRA_OK;
+    }
     const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
                          gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
     TRY_ST(grouped ? experts_grouped(g, l, n_routes) : gpu_experts_routed(g, l, g->routes, n_routes));
@@ -449,34 +478,12 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
     return HYDRA_OK;
 }
 
-/* Whether a decode layer's MoE block takes gk_moe_decode, the whole block
- * in one launch (moe_decode.cu), filling b: the router norms x (norm
- * set: router_norms), one GPU's whole layer (no hybrid split, no tensor
- * part), no shared expert (it reads xn, which that launch leaves to the
- * next layer's norm), no biases, plain SwiGLU; else the 4-launch path. */
-static bool moe_one_launch(gpu_session *g, int l, const gk_mat *norm, const gk_gating *gating, gk_moe_block *b)
-{
-    const gpu_weights *gw = &g->gw;
-    if (norm == NULL || !g->moe_one_launch || g->hy != NULL || g->o.tensor_part ||
-        gw_at(gw, l, W_SHEXP_GATE)->data != NULL || gw_at(gw, l, W_MOE_ROUTER_BIAS)->data != NULL ||
-        gw_at(gw, l, W_MOE_DOWN_BIAS)->data != NULL || !gpu_ffn_plain(g, l))
-        return false;
-    *b = (gk_moe_block){.router = *gw_at(gw, l, W_MOE_ROUTER), .gate = *gw_at(gw, l, W_MOE_GATE),
-                        .up = *gw_at(gw, l, W_MOE_UP), .down = *gw_at(gw, l, W_MOE_DOWN), .gating = *gating,
-                        .ffn_gain = gw_vec(norm), .eps = g->w->hp.norm_eps, .x = g->x, .logits = g->router,
-                        .routes = g->routes, .h = g->h.f, .bar = g->counter + GK_CTR_BAR_MOE};
-    return gk_moe_decode_fits(b);
-}
-
 static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int64_t embd = g->w->hp.n_embd;
-    gk_moe_block one;
-    const bool one_launch = moe_one_launch(g, l, norm, &gating, &one);
-    if (!one_launch)
-        TRY_ST(route(g, l, n, &gating, norm));
+    TRY_ST(route(g, l, n, &gating, norm));
     const gk_mat *sh_gate = gw_at(gw, l, W_SHEXP_GATE);
     /* Without a shared expert the combine ends the layer: it also norms
      * the new rows into the next layer's input. */
@@ -486,14 +493,10 @@ static hydra_status moe(gpu_session *g, int l, int n, const gk_mat *norm)
     const gk_norm_out next = {.gain = gw_vec(gw_at(gw, l + 1 < (int)g->w->hp.n_layer ? l + 1 : l, W_ATTN_NORM)),
                               .eps = g->w->hp.norm_eps, .y = g->xn.f, .q = q8 ? g->xn.q : NULL,
                               .meta = q8 ? g->xn.meta : NULL};
-    if (one_launch) {
-        TRY(gk_moe_decode(g->stream, &one, ends ? &next : NULL), "MoE block");
-        gpu_prof_mark(g, OP_MOE_BLOCK);
-    } else if (g->hy != NULL) { /* the hybrid split: slab hits here, misses on the CPU (gpu_hybrid.c) */
+    if (g->hy != NULL) /* the hybrid split: slab hits here, misses on the CPU (gpu_hybrid.c) */
         TRY_ST(gpu_hybrid_experts(g, l, n, ends ? &next : NULL));
-    } else {
+    else
         TRY_ST(gpu_moe_experts(g, l, n, ends ? &next : NULL));
-    }
     if (ends) {
         act_bind(&g->xn, embd, n);
         g->xn.q_ready = q8;

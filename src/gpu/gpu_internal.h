@@ -97,8 +97,7 @@ void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n);
         X(OP_ROPE, "qk-norm+rope+kv") X(OP_ATTN, "attention") X(OP_ATTN_OUT, "attn out proj")                 \
             X(OP_ROUTER, "router") X(OP_TOPK, "top-k") X(OP_GROUP, "group by expert")                         \
                 X(OP_EXP_UP, "experts gate/up") X(OP_EXP_DOWN, "experts down") X(OP_COMBINE, "combine")       \
-                    X(OP_MOE_BLOCK, "MoE block (one launch)") X(OP_FFN, "dense/shared FFN")                  \
-                        X(OP_OUTPUT, "output proj")
+                    X(OP_FFN, "dense/shared FFN") X(OP_OUTPUT, "output proj")
 typedef enum gpu_op {
 #define GPU_OP_ENUM_(id, name) id,
     GPU_OP_TABLE(GPU_OP_ENUM_)
@@ -141,7 +140,7 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
-    bool moe_one_launch;       /* decode MoE blocks may take gk_moe_decode (off: HYDRA_CUDA_MOE_SPLIT set) */
+    bool moe_fused_down;       /* decode may take gk_moe_down_combine (off: HYDRA_CUDA_MOE_SPLIT set) */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */

@@ -288,11 +288,9 @@ hydra_status gpu_check_matmul_stack(const gpu_stack_mat *m, int n_mats, const fl
 
 /* --- gpu_check_moe.h */
 
-hydra_status gpu_check_moe_decode(const gpu_moe_check *c, const void *router, const void *gate, const void *up,
-                                  const void *down, const float *ffn_gain, const float *next_gain, const float *x,
-                                  gpu_moe_result *split, gpu_moe_result *one)
+hydra_status gpu_check_moe_down_combine(const gpu_moe_check *c, const void *down, const float *h, const float *x,
+                                        gpu_moe_result *split, gpu_moe_result *one)
 {
-    (void)c, (void)router, (void)gate, (void)up, (void)down, (void)ffn_gain, (void)next_gain, (void)x, (void)split,
-        (void)one;
+    (void)c, (void)down, (void)h, (void)x, (void)split, (void)one;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
