@@ -249,27 +249,6 @@ typedef struct gk_tail {
 int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, int n_tok, const gk_out *out,
                    const gk_tail *tail, const gk_norm_out *norm);
 
-/* --- moe_decode.cu: one decode token's experts down projection over
- * every route, the combine into x and with next the next layer's RMSNorm
- * and 8-bit form, in one launch after the routed gate/up launch (which
- * wrote h: n_used rows of down.n_cols, and routes, rank order): x with
- * the bits of gk_matvec_staged + gk_moe_combine.  counter: a device word
- * zero between launches (the last block resets it).  Where
- * gk_moe_down_combine_fits: compute capability 9.0 or later, n_used <=
- * GK_MOE_DC_MAX_USED, down rows (n_embd) % 32 == 0 and <=
- * GK_ROUTER_NORM_MAX, down columns % 32 == 0, the kernel's down types. */
-enum { GK_MOE_DC_MAX_USED = 8 };
-typedef struct gk_moe_dc {
-    gk_mat down;
-    int n_used;
-    const gk_route *routes;
-    const float *h;
-    float *x;
-    unsigned int *counter;
-} gk_moe_dc;
-bool gk_moe_down_combine_fits(const gk_moe_dc *b);
-int gk_moe_down_combine(gpuStream_t s, const gk_moe_dc *b, const gk_norm_out *next);
-
 /* --- hybrid.cu: one MoE layer split between the VRAM slab (hits) and the
  * CPU (misses), issue 10.  Pointers marked "mapped" are device addresses of
  * pinned host memory. */

@@ -13,7 +13,6 @@
  * (float weights) may end with the MoE top-k in its last block (tail.cuh).
  */
 #include "common.cuh"
-#include "mv_row.cuh"
 #include "row_norm.cuh"
 #include "tail.cuh"
 
@@ -87,6 +86,31 @@ static inline __device__ void mv_store(const gk_out &out, const mv_place &p, int
             v += out.bias[r];
         float *dst = out.y + (p.out0 + t) * out.y_stride + r;
         *dst = out.accumulate ? *dst + v : v;
+    }
+}
+
+/* Staging (staged launches, one activation row per block): the block
+ * quantises its float row into shared memory itself, by quantize.cu's rule
+ * (q8_warp_store), instead of reading the 8-bit form that a quantize
+ * launch would have written: one launch fewer per step for the expert
+ * down projection.  Shared: n bytes of q, then n / 32 int4 of meta.  Eight
+ * values per thread are loaded before any is quantised, so a row of up to
+ * 8 x 128 values costs one round trip, and their quantisations interleave
+ * (q8_warp_store_k). */
+enum { MV_STAGE_LOADS = 8 };
+
+static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *stage)
+{
+    int8_t *q = (int8_t *)stage;
+    int32_t *meta = (int32_t *)(stage + n / 16);
+    const int64_t step = blockDim.x, first = (threadIdx.x / GPU_WARP) * GPU_WARP;
+    for (int64_t c0 = first; c0 < n; c0 += MV_STAGE_LOADS * step) {
+        float v[MV_STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < MV_STAGE_LOADS; u++)
+            v[u] = c0 + u * step < n ? xf[c0 + u * step + threadIdx.x % GPU_WARP] : 0.0f;
+        const int n_live = (int)((n - c0 + step - 1) / step); /* whole warps: n % 32 == 0 */
+        q8_warp_store_n<MV_STAGE_LOADS>(v, n_live, q, meta, c0, step);
     }
 }
 
@@ -219,8 +243,9 @@ template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec
 #pragma unroll
         for (int k = 0; k < MVS_ROWS; k++) /* rows past the end decode the last again, unused */
             gq_decode<T>(p.w + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * w.row_bytes, c, &ch[k]);
-        int32_t a[8];
-        mv_act_chunk(xq + 32 * c, a);
+        const int4 *aq = (const int4 *)(xq + 32 * c);
+        const int4 a0 = aq[0], a1 = aq[1];
+        const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
         const int4 m = xm[c];
         const float d = __int_as_float(m.x);
 #pragma unroll

@@ -310,12 +310,13 @@ static gk_gating gating_of(const model_weights *w)
                        .scale = w->hp.expert_weights_scale};
 }
 
-/* Decode: the routes' gate and up rows (with SwiGLU) into h. */
-static hydra_status experts_gate_up(gpu_session *g, int l, const gk_route *routes, int n_routes)
+/* Decode: one matvec launch per matrix over every route (routes with
+ * expert -1, the hybrid split's misses, are skipped by the kernels). */
+hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
-    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP);
-    const int64_t ff = gate->n_rows;
+    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
+    const int64_t ff = gate->n_rows, embd = g->w->hp.n_embd;
     if (reads_8bit(gate) || reads_8bit(up))
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
@@ -331,16 +332,6 @@ static hydra_status experts_gate_up(gpu_session *g, int l, const gk_route *route
     }
     gpu_prof_mark(g, OP_EXP_UP);
     act_bind(&g->h, ff, n_routes);
-    return HYDRA_OK;
-}
-
-/* Decode: one matvec launch per matrix over every route (routes with
- * expert -1, the hybrid split's misses, are skipped by the kernels). */
-hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
-{
-    const gk_mat *down = gw_at(&g->gw, l, W_MOE_DOWN);
-    const int64_t ff = gw_at(&g->gw, l, W_MOE_GATE)->n_rows, embd = g->w->hp.n_embd;
-    TRY_ST(experts_gate_up(g, l, routes, n_routes));
     /* the down launch quantises its hidden row itself where it can */
     const bool staged = reads_8bit(down) && ff % 32 == 0 && ff <= 32768;
     if (reads_8bit(down) && !staged)
@@ -392,31 +383,11 @@ static hydra_status experts_grouped(gpu_session *g, int l, int n_routes)
 
 /* Every route's expert, then each token's weighted sum added to x (and,
  * with next, the next layer's input norm). */
-/* Whether one decode token's down projection, combine and next norm take
- * gk_moe_down_combine (one launch instead of two), filling b: one GPU's
- * whole layer (no hybrid split, no tensor part), no down bias. */
-static bool down_combine(gpu_session *g, int l, int n, gk_moe_dc *b)
-{
-    if (n != 1 || !g->moe_fused_down || g->hy != NULL || g->o.tensor_part ||
-        gw_at(&g->gw, l, W_MOE_DOWN_BIAS)->data != NULL)
-        return false;
-    *b = (gk_moe_dc){.down = *gw_at(&g->gw, l, W_MOE_DOWN), .n_used = (int)g->w->hp.n_expert_used,
-                     .routes = g->routes, .h = g->h.f, .x = g->x, .counter = g->counter + GK_CTR_BAR_MOE};
-    return gk_moe_down_combine_fits(b);
-}
-
 hydra_status gpu_moe_experts(gpu_session *g, int l, int n, const gk_norm_out *next)
 {
     const gpu_weights *gw = &g->gw;
     const gk_gating gating = gating_of(g->w);
     const int n_routes = n * gating.n_used;
-    gk_moe_dc dc;
-    if (down_combine(g, l, n, &dc)) {
-        TRY_ST(experts_gate_up(g, l, g->routes, n_routes));
-        TRY(gk_moe_down_combine(g->stream, &dc, next), "experts down + combine");
-        gpu_prof_mark(g, OP_COMBINE);
-        return HYDRA_OK;
-    }
     const bool grouped = n > GK_MATVEC_MAX_TOK && gw_at(gw, l, W_MOE_GATE)->n_cols % GK_MATMUL_K == 0 &&
                          gw_at(gw, l, W_MOE_DOWN)->n_cols % GK_MATMUL_K == 0;
     TRY_ST(grouped ? experts_grouped(g, l, n_routes) : gpu_experts_routed(g, l, g->routes, n_routes));

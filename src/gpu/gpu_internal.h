@@ -140,7 +140,6 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
-    bool moe_fused_down;       /* decode may take gk_moe_down_combine (off: HYDRA_CUDA_MOE_SPLIT set) */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */

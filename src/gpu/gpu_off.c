@@ -7,7 +7,6 @@
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
-#include "gpu_check_moe.h"
 #include "gpu_check_stack.h"
 
 #include "../error.h"
@@ -283,14 +282,5 @@ hydra_status gpu_check_matmul_stack(const gpu_stack_mat *m, int n_mats, const fl
                                     float *y_stack, float *y_each)
 {
     (void)m, (void)n_mats, (void)x, (void)x_n, (void)n_tok, (void)y_stack, (void)y_each;
-    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
-}
-
-/* --- gpu_check_moe.h */
-
-hydra_status gpu_check_moe_down_combine(const gpu_moe_check *c, const void *down, const float *h, const float *x,
-                                        gpu_moe_result *split, gpu_moe_result *one)
-{
-    (void)c, (void)down, (void)h, (void)x, (void)split, (void)one;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }

@@ -211,7 +211,6 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
         return hydra_fail(HYDRA_ERR_NOMEM, "CUDA session");
     g->w = w;
     g->o = *o;
-    g->moe_fused_down = getenv("HYDRA_CUDA_MOE_SPLIT") == NULL; /* the unfused path, for A/B runs */
     if (g->o.profile)
         g->o.graphs = false; /* events are recorded between launches */
     gpuError_t e = gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking);
