@@ -2,7 +2,9 @@
  * bench_cuda.c — hydra-bench --cuda: the whole model on the CUDA backend,
  * in llama-bench's conventions (ppN: N random tokens in one batch from an
  * empty context; tgN: N tokens decoded one at a time from an empty
- * context; t/s as mean ± sample standard deviation over -r repetitions
+ * context, through hydra_session_decode as hydra-run decodes, so the
+ * logits land in the session's page-locked row in one copy (the hybrid
+ * and kernel-split loops pass gpu_forward that same row); t/s as mean ± sample standard deviation over -r repetitions
  * after one untimed warm-up, which also captures the CUDA graphs), plus
  * what says how far from the hardware it is:
  *   - a device-to-device copy probe in the same process (bytes read plus
@@ -163,8 +165,8 @@ static int kernel_split(const hydra_model *m, const cuda_opts *o)
     gpu_session *g = NULL;
     const gpu_options go = {.n_ctx = prompt + o->split + 1, .n_batch = prompt, .kv_type = QT_F16, .profile = true};
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)prompt);
-    float *logits = malloc(sizeof(float) * w.hp.n_vocab);
-    hydra_status st = logits && tokens ? gpu_session_create(&g, &w, &go) : HYDRA_ERR_NOMEM;
+    hydra_status st = tokens ? gpu_session_create(&g, &w, &go) : HYDRA_ERR_NOMEM;
+    float *logits = st == HYDRA_OK ? gpu_session_logits_row(g) : NULL; /* where a session's decode lands */
     static char buf[8192];
     if (st == HYDRA_OK) {
         random_tokens(tokens, prompt, w.hp.n_vocab);
@@ -192,7 +194,6 @@ static int kernel_split(const hydra_model *m, const cuda_opts *o)
     }
     gpu_session_free(g);
     weights_free(&w);
-    free(logits);
     free(tokens);
     return st == HYDRA_OK ? 0 : 1;
 }
@@ -256,7 +257,6 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
     model_weights w;
     if (weights_bind(&w, m) != HYDRA_OK)
         return 1;
-    float *logits = malloc(sizeof(float) * w.hp.n_vocab);
     /* Default: the cores less two, for the thread waiting on the step and the
      * driver's own (measured on the H200 host: all 16 busy oversubscribe it). */
     const int threads = o->cpu_threads > 0 ? o->cpu_threads : cpu_cores() - 2 > 0 ? cpu_cores() - 2 : 1;
@@ -269,7 +269,7 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
            "per MoE layer | exposed us per MoE layer | GPU hits us per MoE layer | H2D MB per token | admissions "
            "| unsafe replays |\n", o->prompt, o->gen);
     printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    int rc = logits != NULL ? 0 : 1;
+    int rc = 0;
     for (int i = 0; i < o->n_fractions && rc == 0; i++) {
         const gpu_options go = {.n_ctx = o->prompt + o->gen + 1, .n_batch = o->prompt > 0 ? o->prompt : 1,
                                 .kv_type = QT_F16, .graphs = o->graphs, .hybrid = true,
@@ -286,6 +286,7 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
             break;
         }
         fprintf(stderr, "hybrid %.2f: session created in %.1f s\n", o->fraction[i], now_s() - t0);
+        float *logits = gpu_session_logits_row(g); /* where hydra_session's decode lands: no staging copy */
         gpu_hybrid_counters pc; /* prefill's staging, before the tg runs reset the counters */
         if (o->prompt > 0 && !gpu_timed(g, tokens, o->prompt, false, o, logits, &pp, &pp_sd))
             rc = 1;
@@ -314,7 +315,6 @@ static int bench_hybrid(const hydra_model *m, const cuda_opts *o, const int32_t 
         fflush(stdout);
         gpu_session_free(g);
     }
-    free(logits);
     weights_free(&w);
     return rc;
 }

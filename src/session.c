@@ -38,7 +38,11 @@ struct hydra_session {
     expert_rank profile; /* expert lookups while profiling (f.profile points here); zeroed: none */
     int64_t n_ctx;
     int64_t n_past;
-    float *logits; /* n_vocab: the last evaluated position */
+    /* n_vocab: the last evaluated position.  On CUDA the device session's
+     * page-locked row (gpu_session_logits_row, freed with s->gpu), which a
+     * decode step's logits reach in one copy; else logits_heap. */
+    float *logits;
+    float *logits_heap; /* malloc'd, owned here: the CPU's logits (NULL when the device session holds them) */
     bool have_logits;
     bool keep_hidden; /* session_keep_hidden was called */
     float *hidden; /* n_batch x n_embd: the last step's final hidden rows on the CPU; NULL: not kept */
@@ -140,7 +144,7 @@ HYDRA_API void hydra_session_free(hydra_session *s)
     kv_free(&s->kv);
     pool_destroy(s->pool);
     weights_free(&s->w);
-    free(s->logits);
+    free(s->logits_heap);
     free(s->hidden);
     free(s->batch_seqs);
     free(s->batch_logits);
@@ -246,7 +250,11 @@ HYDRA_API hydra_status hydra_session_create(hydra_session **out, const hydra_mod
         st = hybrid_setup(&s->hybrid, &s->w, &p, n_ctx, s->n_batch, kv_type);
         s->f.hybrid = st == HYDRA_OK ? &s->hybrid : NULL;
     }
-    if (st == HYDRA_OK && (s->logits = malloc(sizeof(float) * s->w.hp.n_vocab)) == NULL)
+    if (st == HYDRA_OK && s->gpu != NULL)
+        s->logits = gpu_session_logits_row(s->gpu);
+    if (st == HYDRA_OK && s->logits == NULL)
+        s->logits = s->logits_heap = malloc(sizeof(float) * s->w.hp.n_vocab);
+    if (st == HYDRA_OK && s->logits == NULL)
         st = hydra_fail(HYDRA_ERR_NOMEM, "logits of %u tokens", s->w.hp.n_vocab);
     if (st != HYDRA_OK) {
         hydra_session_free(s);

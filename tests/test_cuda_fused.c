@@ -221,17 +221,131 @@ TEST(cuda_staged_matvec_equals_quantize_then_matvec)
               sizeof shapes / sizeof shapes[0], 0x51A6EDull);
 }
 
-/* The output head's kernel (matvec_head.cu) on the types it takes, with
- * rows of whole 16-byte units in each. */
+/* The output head's kernel (matvec_head.cu): its types, rows of whole
+ * 16-byte units up to 8192 bytes (shorter rows go two to a warp), row
+ * counts that leave the last tile part-filled, 256 to 8192 columns. */
+static const uint32_t head_types[] = {QT_Q6_K, QT_Q4_K, QT_Q5_K, QT_Q8_0};
+static const row_shape head_shapes[] = {{301, 2048}, {8, 4096}, {1, 2048}, {1001, 256}, {37, 8192}, {19, 1024}};
+
+typedef void (*head_case)(test_ctx *t_, uint32_t type, int64_t rows, int64_t cols, uint64_t *seed);
+
+/* case over every head type and shape whose rows the kernel takes. */
+static void head_cases(test_ctx *t_, head_case one, uint64_t seed)
+{
+    for (size_t ti = 0; ti < sizeof head_types / sizeof head_types[0]; ti++)
+        for (size_t si = 0; si < sizeof head_shapes / sizeof head_shapes[0]; si++) {
+            uint64_t rb = 0;
+            const int64_t cols = head_shapes[si].cols;
+            if (quant_row_bytes(head_types[ti], (uint64_t)cols, &rb) && rb % 16 == 0 && rb <= 8192)
+                one(t_, head_types[ti], head_shapes[si].rows, cols, &seed);
+        }
+}
+
+static void head_plain_case(test_ctx *t_, uint32_t type, int64_t rows, int64_t cols, uint64_t *seed)
+{
+    one_row_case(t_, gpu_check_matvec_head, "head", type, rows, cols, seed);
+}
+
 TEST(cuda_head_matvec_equals_quantize_then_matvec)
 {
     const char *why;
     if (!gpu_available(&why))
         SKIP("%s", why);
-    static const uint32_t types[] = {QT_Q6_K, QT_Q4_K, QT_Q5_K, QT_Q8_0};
-    static const row_shape shapes[] = {{301, 2048}, {8, 4096}, {1, 2048}};
-    row_cases(t_, gpu_check_matvec_head, "head", types, sizeof types / sizeof types[0], shapes,
-              sizeof shapes / sizeof shapes[0], 0x4EADull);
+    head_cases(t_, head_plain_case, 0x4EADull);
+}
+
+/* The head given the raw row and the output norm (normed in the launch up
+ * to 4096 columns, by gk_rmsnorm first beyond) against gk_rmsnorm then
+ * gk_matvec, bit for bit. */
+static void head_norm_case(test_ctx *t_, uint32_t type, int64_t rows, int64_t cols, uint64_t *seed)
+{
+    uint64_t rb = 0;
+    quant_row_bytes(type, (uint64_t)cols, &rb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)cols);
+    float *gain = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
+    float *want = malloc(sizeof(float) * (size_t)rows);
+    CHECK(w && wf && x && gain && y && want);
+    fz_weights(type, rows, cols, seed, w, wf);
+    for (int64_t i = 0; i < cols; i++) {
+        x[i] = fz_float(seed) * (i % 61 == 0 ? 40.0f : 3.0f);
+        gain[i] = 1.0f + 0.5f * fz_float(seed);
+    }
+    CHECK_OK(gpu_check_head_norm(type, w, rows, cols, x, gain, 1e-6f, y, want));
+    for (int64_t r = 0; r < rows; r++)
+        if (memcmp(&y[r], &want[r], sizeof(float)) != 0)
+            FAIL("%s %lld x %lld row %lld: head with norm %.9g, rmsnorm + matvec %.9g", quant_traits_of(type)->name,
+                 (long long)rows, (long long)cols, (long long)r, y[r], want[r]);
+    free(w);
+    free(wf);
+    free(x);
+    free(gain);
+    free(y);
+    free(want);
+}
+
+TEST(cuda_head_with_norm_equals_rmsnorm_then_matvec)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    head_cases(t_, head_norm_case, 0x4EAD2ull);
+}
+
+/* gk_embed_norm against gk_embed then gk_rmsnorm, bit for bit: the rows,
+ * the normed rows and their 8-bit form; one launch up to 4096 columns,
+ * the two beyond. */
+TEST(cuda_embed_norm_equals_embed_then_rmsnorm)
+{
+    const char *why;
+    if (!gpu_available(&why))
+        SKIP("%s", why);
+    static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16, QT_F32};
+    static const int64_t cols_of[] = {256, 2048, 4096, 8192};
+    static const int n_toks[] = {1, 3, 9};
+    enum { TABLE_ROWS = 40 };
+    uint64_t seed = 0xE3BEDull;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ci = 0; ci < sizeof cols_of / sizeof cols_of[0]; ci++) {
+            const uint32_t type = types[ti];
+            const int64_t cols = cols_of[ci];
+            const int n_tok = n_toks[(ti + ci) % 3];
+            uint64_t rb = 0;
+            if (!quant_row_bytes(type, (uint64_t)cols, &rb))
+                continue;
+            const size_t values = (size_t)(n_tok * cols);
+            uint8_t *table = malloc(rb * TABLE_ROWS);
+            float *tf = malloc(sizeof(float) * TABLE_ROWS * (size_t)cols), *gain = malloc(sizeof(float) * (size_t)cols);
+            float *f[4] = {malloc(sizeof(float) * values), malloc(sizeof(float) * values),
+                           malloc(sizeof(float) * values), malloc(sizeof(float) * values)};
+            int8_t *q[2] = {malloc(values), malloc(values)};
+            int32_t *meta[2] = {malloc(values / 2), malloc(values / 2)};
+            int32_t tokens[9];
+            CHECK(table && tf && gain && f[0] && f[1] && f[2] && f[3] && q[0] && q[1] && meta[0] && meta[1]);
+            fz_weights(type, TABLE_ROWS, cols, &seed, table, tf);
+            for (int64_t i = 0; i < cols; i++)
+                gain[i] = 1.0f + 0.5f * fz_float(&seed);
+            for (int t = 0; t < n_tok; t++)
+                tokens[t] = (int32_t)(fz_next(&seed) % TABLE_ROWS);
+            const gpu_embed_norm_out ref = {f[0], f[1], q[0], meta[0]}, fused = {f[2], f[3], q[1], meta[1]};
+            CHECK_OK(gpu_check_embed_norm(type, table, TABLE_ROWS, cols, tokens, n_tok, gain, 1e-6f, &ref, &fused));
+            const char *name = quant_traits_of(type)->name;
+            if (memcmp(f[0], f[2], sizeof(float) * values) != 0)
+                FAIL("%s %lld columns, %d tokens: embedding rows differ", name, (long long)cols, n_tok);
+            if (memcmp(f[1], f[3], sizeof(float) * values) != 0)
+                FAIL("%s %lld columns, %d tokens: normed rows differ", name, (long long)cols, n_tok);
+            if (memcmp(q[0], q[1], values) != 0 || memcmp(meta[0], meta[1], values / 2) != 0)
+                FAIL("%s %lld columns, %d tokens: 8-bit forms differ", name, (long long)cols, n_tok);
+            free(table);
+            free(tf);
+            free(gain);
+            for (int i = 0; i < 4; i++)
+                free(f[i]);
+            for (int i = 0; i < 2; i++) {
+                free(q[i]);
+                free(meta[i]);
+            }
+        }
 }
 
 TEST(cuda_rope_in_attention_equals_rope_then_attention)

@@ -116,7 +116,13 @@ bool gk_matvec_mixed(uint32_t type, uint32_t last);
  * by coalesced loads, the same bits.  Dense, no glu; types and row sizes
  * where gk_matvec_head_fits. */
 bool gk_matvec_head_fits(const gk_mat *w);
-int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out);
+/* With norm (not NULL): x->f is the raw row, and the launch applies the
+ * RMSNorm first (norm's gain and eps, gk_rmsnorm's bits): in the launch
+ * itself where the row fits (norm's y, q, meta are then not written), else
+ * by gk_rmsnorm into norm's y, q, meta.  Without: x->q, x->meta. */
+struct gk_norm_out;
+int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out,
+                   const struct gk_norm_out *norm);
 
 /* --- matmul.cu.  Prefill, dense: rows.n_tok activation rows.  Grouped:
  * tiles of GK_TILE_TOK slots of one expert each (built by gk_moe_group):
@@ -299,6 +305,11 @@ int gk_hy_wait(gpuStream_t s, const uint32_t *seq, const uint32_t *done_host, in
 /* --- ops.cu */
 
 int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x);
+/* gk_embed, then each row's RMSNorm into norm's y (q, meta: as gk_rmsnorm
+ * writes them), gk_rmsnorm's bits: one launch where the row fits a
+ * block's registers, else the two. */
+int gk_embed_norm(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x,
+                  const gk_norm_out *norm);
 /* y = x / rms(x) * gain, rows of n; with q (n % 32 == 0), also y's 8-bit
  * form as gk_quantize_rows writes it. */
 int gk_rmsnorm(gpuStream_t s, const float *x, const float *gain, float eps, int n_rows, int64_t n, float *y, int8_t *q,

@@ -2,65 +2,211 @@
  * matvec_head.cu — one token's product with a large quantised matrix whose
  * rows are read once per step at the memory's pace: the output projection
  * (Qwen3-30B-A3B: 151936 Q6_K rows, 255 MB; docs/PERFORMANCE.md "CUDA
- * decode, session 6").  matvec.cu's kernel has each lane decode its
- * chunks straight from global memory: a Q6_K chunk is 16 two-byte loads
- * of low bits and 16 of high bits, 64 bytes requested for 24 used, spread
- * over the row, so the launch is bound by the L1's load throughput (1.8
- * TB/s), not by the memory.  Here a warp first copies its row into shared
- * memory with 16-byte loads (every byte requested once, coalesced), then
- * decodes the chunks from there exactly as matvec.cu does: the same chunk
- * terms in the same order, so the same bits as gk_matvec.
+ * decode, session 7").  matvec.cu's kernel has each lane decode its chunks
+ * straight from global memory (a Q6_K chunk is 32 two-byte loads spread
+ * over the row), so its launch is bound by the L1's load throughput.
+ *
+ * Here a persistent grid (as many blocks as stay resident) walks tiles of
+ * MVH_WARPS * R consecutive rows; each tile is copied into shared memory
+ * with 16-byte asynchronous copies (cp.async) MVH_STAGES - 1 tiles ahead
+ * of the one being decoded, so the memory always has a block's next tiles
+ * in flight while the warps compute.  A warp decodes its R rows from
+ * there with the chunk order of matvec.cu (lane l takes chunks l, l + 32,
+ * ..., in pairs), so every row gets the same bits as gk_matvec; the
+ * activation chunk a lane loads serves its R rows.
+ *
+ * With a norm, every block first applies the RMSNorm to the raw row itself
+ * (row_norm.cuh's one-pass path on a block of GK_NORM_THREADS, so the same
+ * bits as gk_rmsnorm) into shared memory: the output norm and the head are
+ * one launch.
  */
 #include "common.cuh"
+#include "grid_sync.cuh"
+#include "mma.cuh"
+#include "row_norm.cuh"
 
-enum { MVH_WARPS = 4, MVH_MAX_ROW_BYTES = 8192 };
+enum {
+    MVH_THREADS = GK_NORM_THREADS, /* the norm's block: the same sums as gk_rmsnorm */
+    MVH_WARPS = MVH_THREADS / GPU_WARP,
+    MVH_STAGES = 3,                /* cp_async_wait_prior leaves the newest tile in flight */
+    MVH_MAX_ROW_BYTES = 8192,
+    MVH_PAIR_ROW_BYTES = 2048,     /* rows up to this long go two to a warp (R = 2) */
+};
 
 /* The types the launch takes (the usual output-projection types). */
 #define MVH_TYPES(X) X(GQ_Q4_K) X(GQ_Q5_K) X(GQ_Q6_K) X(GQ_Q8_0)
 
-/* Row r (one per warp) of w . x, for one token: out.y[r] = (accumulate ?
- * out.y[r] : 0) + dot + bias[r].  Shared: MVH_WARPS rows of row_bytes. */
-template <int T> __global__ void __launch_bounds__(MVH_WARPS *GPU_WARP) k_matvec_head(gk_mat w, gk_act x, gk_out out)
+/* gq_decode<GQ_Q6_K> for a row that starts 4-byte aligned in shared
+ * memory.  Super-blocks are 210 bytes, so a chunk's 32-byte runs of low
+ * and high bits start at even offsets: each run is read as 9 aligned words
+ * and realigned by funnel shifts that also select the chunk's nibble or
+ * bit pair (18 four-byte loads a chunk instead of 32 two-byte ones).  The
+ * bits shifted in from the next word land outside the masks, so q, s and m
+ * are gq_decode's. */
+static inline __device__ void mvh_decode_q6k(const uint8_t *row, int c, gq_chunk *o)
 {
-    gpu_pdl_wait();
-    extern __shared__ int4 mvh_rows[];
-    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    const int64_t r = (int64_t)blockIdx.x * MVH_WARPS + warp;
-    if (r >= w.n_rows)
+    const int base = 210 * (c / 8), j = c % 8, k4 = j % 4;
+    const int skew = 8 * (base & 3); /* 0 or 16 bits */
+    const uint32_t *ql = (const uint32_t *)(row + ((base + 64 * (j / 4) + 32 * (k4 & 1)) & ~3));
+    const uint32_t *qh = (const uint32_t *)(row + ((base + 128 + 32 * (j / 4)) & ~3));
+    const unsigned lshift = skew + 4 * (k4 >> 1), hshift = skew + 2 * k4;
+    uint32_t l[9], h[9];
+#pragma unroll
+    for (int k = 0; k < 9; k++) {
+        l[k] = ql[k];
+        h[k] = qh[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const uint32_t low = __funnelshift_r(l[k], l[k + 1], lshift) & 0x0F0F0F0Fu;
+        const uint32_t high = (__funnelshift_r(h[k], h[k + 1], hshift) & 0x03030303u) << 4;
+        o->q[k] = (int32_t)(low | high);
+    }
+    const uint8_t *b = row + base;
+    const uint32_t sc = *(const uint16_t *)(b + 192 + 2 * j);
+    const float d = gpu_half_bits_to_float(*(const unsigned short *)(b + 208));
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+        o->s[h2] = d * (float)(int8_t)(uint8_t)(sc >> (8 * h2));
+        o->m[h2] = -32.0f * o->s[h2];
+    }
+}
+
+template <int T> static inline __device__ void mvh_decode(const uint8_t *row, int c, gq_chunk *o)
+{
+    if constexpr (T == GQ_Q6_K)
+        mvh_decode_q6k(row, c, o);
+    else
+        gq_decode<T>(row, c, o);
+}
+
+/* Where a launch's shared memory goes: MVH_STAGES tiles, then the 8-bit
+ * activation row (n bytes) and its meta (a 16-byte unit per chunk). */
+struct mvh_smem {
+    uint8_t *stage;
+    int8_t *act_q;
+    int4 *act_meta;
+    int64_t tile_bytes;
+};
+
+/* Tile t (rows t * rows_per_tile ..) into dst with 16-byte copies; nothing
+ * past the last tile. */
+static inline __device__ void mvh_fetch(const gk_mat &w, int64_t t, int rows_per_tile, uint8_t *dst)
+{
+    const int64_t row0 = t * rows_per_tile;
+    if (row0 >= w.n_rows)
         return;
-    const int n16 = (int)(w.row_bytes / 16);
-    int4 *row16 = mvh_rows + (int64_t)warp * n16;
-    const int4 *src = (const int4 *)(w.data + r * w.row_bytes);
-    for (int i = lane; i < n16; i += GPU_WARP)
-        row16[i] = src[i];
-    __syncwarp();
-    const uint8_t *row = (const uint8_t *)row16;
+    const int64_t rows = w.n_rows - row0 < rows_per_tile ? w.n_rows - row0 : rows_per_tile;
+    const int n16 = (int)(rows * (int64_t)w.row_bytes / 16);
+    const int4 *src = (const int4 *)(w.data + row0 * (int64_t)w.row_bytes);
+    for (int i = threadIdx.x; i < n16; i += MVH_THREADS)
+        cp_async16(dst + 16 * (int64_t)i, src + i);
+}
+
+/* The activation row's 8-bit form into shared memory: with self_norm the
+ * RMSNorm of the raw row x.f, written as gk_rmsnorm writes it (its float
+ * output goes to scratch, which nothing reads); else a copy of x.q and
+ * x.meta. */
+static inline __device__ void mvh_activation(const gk_act &x, const gk_norm_out &norm, bool self_norm,
+                                             const mvh_smem &sm, float *scratch, double *red)
+{
+    if (self_norm) {
+        float v[NR_PER_THREAD], g[NR_PER_THREAD];
+        norm_regs_load(x.f, x.n, norm.gain, v, g);
+        const float scale = norm_regs_scale(v, x.n, norm.eps, red);
+        const gk_norm_out into = {norm.gain, norm.eps, scratch, sm.act_q, (int32_t *)sm.act_meta};
+        norm_regs_apply(v, g, x.n, scale, into, true, 0);
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < x.n / 16; i += MVH_THREADS)
+        ((int4 *)sm.act_q)[i] = ((const int4 *)x.q)[i];
+    for (int64_t i = threadIdx.x; i < x.n / 32; i += MVH_THREADS)
+        sm.act_meta[i] = ((const int4 *)x.meta)[i];
+}
+
+/* The warp's R rows of the tile at rows (row r0 + u at rows + u *
+ * row_bytes): matvec.cu's mv_row_q for one token, row by row. */
+template <int T, int R>
+static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, int64_t r0, const mvh_smem &sm,
+                                       const gk_out &out)
+{
+    const int lane = threadIdx.x % GPU_WARP;
     const int n_chunks = (int)(w.n_cols / 32);
-    float acc = 0.0f;
-    /* matvec.cu's mv_row_q for one token: two chunks per lane per step */
+    float acc[R];
+#pragma unroll
+    for (int u = 0; u < R; u++)
+        acc[u] = 0.0f;
     for (int c = lane; c < n_chunks; c += 2 * GPU_WARP) {
         const bool two = c + GPU_WARP < n_chunks;
         const int c2 = two ? c + GPU_WARP : c;
-        gq_chunk ch[2];
-        gq_decode<T>(row, c, &ch[0]);
-        gq_decode<T>(row, c2, &ch[1]);
+        gq_chunk ch[2][R];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int cu = u == 0 ? c : c2;
-            const int4 *aq = (const int4 *)(x.q + 32 * cu);
+        for (int u = 0; u < R; u++) {
+            mvh_decode<T>(rows + u * w.row_bytes, c, &ch[0][u]);
+            mvh_decode<T>(rows + u * w.row_bytes, c2, &ch[1][u]);
+        }
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const int cp = p == 0 ? c : c2;
+            const int4 *aq = (const int4 *)(sm.act_q + 32 * cp);
             const int4 a0 = aq[0], a1 = aq[1];
             const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = ((const int4 *)x.meta)[cu];
-            const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
-            acc += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
+            const int4 m = sm.act_meta[cp];
+            const float d = p == 0 || two ? __int_as_float(m.x) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < R; u++)
+                acc[u] += d * gq_chunk_dot<T>(&ch[p][u], a, m.y, m.z);
         }
     }
-    float v = warp_sum(acc);
-    if (lane != 0)
-        return;
-    if (out.bias != NULL)
-        v += out.bias[r];
-    out.y[r] = out.accumulate ? out.y[r] + v : v;
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        float v = warp_sum(acc[u]);
+        const int64_t r = r0 + u;
+        if (lane != 0 || r >= w.n_rows)
+            continue;
+        if (out.bias != NULL)
+            v += out.bias[r];
+        out.y[r] = out.accumulate ? out.y[r] + v : v;
+    }
+}
+
+/* Row r of w . x (x normed first with self_norm), for one token: out.y[r]
+ * = (accumulate ? out.y[r] : 0) + dot + bias[r].  Block b takes tiles b,
+ * b + gridDim.x, ...; the copies of its first tiles start before the wait
+ * for the previous kernel: the weights are never written during a step. */
+template <int T, int R>
+__global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act x, gk_out out, gk_norm_out norm,
+                                                             bool self_norm)
+{
+    extern __shared__ int4 mvh_buf[];
+    __shared__ double red[MVH_WARPS];
+    const int rows_per_tile = MVH_WARPS * R;
+    const int64_t n_tiles = (w.n_rows + rows_per_tile - 1) / rows_per_tile;
+    mvh_smem sm;
+    sm.tile_bytes = (int64_t)rows_per_tile * w.row_bytes;
+    sm.stage = (uint8_t *)mvh_buf;
+    sm.act_q = (int8_t *)(sm.stage + MVH_STAGES * sm.tile_bytes);
+    sm.act_meta = (int4 *)(sm.act_q + x.n);
+    for (int s = 0; s < MVH_STAGES - 1; s++) {
+        mvh_fetch(w, blockIdx.x + (int64_t)s * gridDim.x, rows_per_tile, sm.stage + s * sm.tile_bytes);
+        cp_async_commit();
+    }
+    gpu_pdl_wait();
+    /* the last stage is free until the loop's first fetch: the norm's
+     * unread float output goes there (the launcher checks it fits) */
+    mvh_activation(x, norm, self_norm, sm, (float *)(sm.stage + (MVH_STAGES - 1) * sm.tile_bytes), red);
+    const int warp = threadIdx.x / GPU_WARP;
+    for (int64_t i = 0, t = blockIdx.x; t < n_tiles; i++, t += gridDim.x) {
+        cp_async_wait_prior(); /* this thread's copies of tile t */
+        __syncthreads();       /* everyone's; and every warp is done with the stage refilled next */
+        mvh_fetch(w, t + (int64_t)(MVH_STAGES - 1) * gridDim.x, rows_per_tile,
+                  sm.stage + ((i + MVH_STAGES - 1) % MVH_STAGES) * sm.tile_bytes);
+        cp_async_commit();
+        const int64_t r0 = t * rows_per_tile + warp * R;
+        if (r0 < w.n_rows)
+            mvh_rows<T, R>(w, sm.stage + (i % MVH_STAGES) * sm.tile_bytes + (int64_t)warp * R * w.row_bytes, r0,
+                           sm, out);
+    }
 }
 
 extern "C" bool gk_matvec_head_fits(const gk_mat *w)
@@ -73,17 +219,52 @@ extern "C" bool gk_matvec_head_fits(const gk_mat *w)
            w->n_cols % 32 == 0 && w->expert_data == NULL;
 }
 
-extern "C" int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out)
+/* Sizes the persistent grid (every block resident) and launches. */
+template <int T, int R>
+static int mvh_launch(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out, const gk_norm_out *norm,
+                      bool self_norm)
+{
+    const int64_t rows_per_tile = MVH_WARPS * R;
+    const int64_t tile_bytes = rows_per_tile * (int64_t)w->row_bytes;
+    const size_t smem = (size_t)(MVH_STAGES * tile_bytes + x->n + x->n / 2);
+    const int e = smem > 48 * 1024 ? gpu_allow_smem((const void *)k_matvec_head<T, R>, (int)smem) : 0;
+    if (e != 0)
+        return e;
+    const int64_t n_tiles = (w->n_rows + rows_per_tile - 1) / rows_per_tile;
+    const int resident = gk_coresident_blocks(k_matvec_head<T, R>, MVH_THREADS, smem);
+    if (resident <= 0)
+        return (int)gpuErrorInvalidValue;
+    const unsigned grid = (unsigned)(n_tiles < resident ? n_tiles : resident);
+    return gk_launch(k_matvec_head<T, R>, grid, MVH_THREADS, smem, s, *w, *x, *out, *norm, self_norm);
+}
+
+extern "C" int gk_matvec_head(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out,
+                              const gk_norm_out *norm)
 {
     if (!gk_matvec_head_fits(w) || x->n != w->n_cols)
         return (int)gpuErrorInvalidValue;
+    const bool pair = w->row_bytes <= MVH_PAIR_ROW_BYTES;
+    /* The launch norms the row itself where a block holds it in registers
+     * (rmsnorm_row_fits for a block of GK_NORM_THREADS) and a tile has room
+     * for its float output; else gk_rmsnorm first, into norm's buffers. */
+    const int64_t tile_bytes = (int64_t)MVH_WARPS * (pair ? 2 : 1) * (int64_t)w->row_bytes;
+    const bool self_norm = norm != NULL && x->n <= (int64_t)NR_PER_THREAD * MVH_THREADS &&
+                           (int64_t)sizeof(float) * x->n <= tile_bytes;
+    gk_act xa = *x;
+    if (norm != NULL && !self_norm) {
+        const int e = gk_rmsnorm(s, x->f, norm->gain, norm->eps, 1, x->n, norm->y, norm->q, norm->meta);
+        if (e != 0)
+            return e;
+        xa.q = norm->q;
+        xa.meta = norm->meta;
+    }
     if (w->n_rows == 0)
         return 0;
-    const dim3 grid((unsigned)((w->n_rows + MVH_WARPS - 1) / MVH_WARPS));
-    const size_t smem = MVH_WARPS * w->row_bytes;
+    const gk_norm_out none = {};
+    const gk_norm_out *no = self_norm ? norm : &none;
 #define MVH_LAUNCH_(T)                                                                                           \
     if (w->type == T)                                                                                            \
-        return gk_launch(k_matvec_head<T>, grid, MVH_WARPS * GPU_WARP, smem, s, *w, *x, *out);
+        return pair ? mvh_launch<T, 2>(s, w, &xa, out, no, self_norm) : mvh_launch<T, 1>(s, w, &xa, out, no, self_norm);
     MVH_TYPES(MVH_LAUNCH_)
 #undef MVH_LAUNCH_
     return (int)gpuErrorInvalidValue;

@@ -9,6 +9,8 @@
 #include "qk_rope.cuh"
 #include "row_norm.cuh"
 
+#include <type_traits>
+
 /* One thread per 32-value chunk of an embedding row. */
 template <int T> __global__ void k_embed(gk_mat table, const int32_t *tokens, int n_tok, float *x)
 {
@@ -26,6 +28,22 @@ template <int T> __global__ void k_embed(gk_mat table, const int32_t *tokens, in
         dst[k] = v[k];
 }
 
+/* launch(std::integral_constant<int, T>()) for an embedding table of type
+ * T, or an error for a type without a decoder. */
+template <typename Launch> static int emb_by_type(uint32_t type, Launch launch)
+{
+    switch (type) {
+#define EMB_CASE_(T)                                                                                             \
+    case T:                                                                                                      \
+        return launch(std::integral_constant<int, T>());
+        GQ_FOR_EACH_QUANT(EMB_CASE_)
+        GK_FOR_EACH_FLOAT(EMB_CASE_)
+#undef EMB_CASE_
+    default:
+        return (int)gpuErrorInvalidValue;
+    }
+}
+
 extern "C" int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x)
 {
     if (table->n_cols % 32 != 0)
@@ -34,16 +52,46 @@ extern "C" int gk_embed(gpuStream_t s, const gk_mat *table, const int32_t *token
     const unsigned blocks = (unsigned)((total + 127) / 128);
     if (total == 0)
         return 0;
-    switch (table->type) {
-#define EMB_CASE_(T)                                                                                             \
-    case T:                                                                                                      \
-        return gk_launch(k_embed<T>, blocks, 128, 0, s, *table, tokens, n_tok, x);
-        GQ_FOR_EACH_QUANT(EMB_CASE_)
-        GK_FOR_EACH_FLOAT(EMB_CASE_)
-#undef EMB_CASE_
-    default:
-        return (int)gpuErrorInvalidValue;
+    return emb_by_type(table->type, [&](auto type) {
+        return gk_launch(k_embed<decltype(type)::value>, blocks, 128, 0, s, *table, tokens, n_tok, x);
+    });
+}
+
+/* One block of GK_NORM_THREADS per token: the row as k_embed writes it,
+ * then rmsnorm_row over it (read back through L2 after the barrier), so x
+ * and the norm have the bits of gk_embed then gk_rmsnorm. */
+template <int T>
+__global__ void __launch_bounds__(GK_NORM_THREADS) k_embed_norm(gk_mat table, const int32_t *tokens, float *x,
+                                                                gk_norm_out norm)
+{
+    gpu_pdl_wait();
+    __shared__ double red[GK_NORM_THREADS / GPU_WARP];
+    const int64_t n = table.n_cols, t = blockIdx.x;
+    float *xr = x + t * n;
+    const uint8_t *src = table.data + (int64_t)tokens[t] * table.row_bytes;
+    for (int c = threadIdx.x; c < (int)(n / 32); c += GK_NORM_THREADS) {
+        float v[32];
+        chunk_floats<T>(src, c, v);
+        for (int k = 0; k < 32; k++)
+            xr[32 * c + k] = v[k];
     }
+    __syncthreads();
+    rmsnorm_row(xr, n, &norm, t, red);
+}
+
+extern "C" int gk_embed_norm(gpuStream_t s, const gk_mat *table, const int32_t *tokens, int n_tok, float *x,
+                             const gk_norm_out *norm)
+{
+    const int64_t n = table->n_cols;
+    if (n % 32 != 0 || n > (int64_t)NR_PER_THREAD * GK_NORM_THREADS) {
+        const int e = gk_embed(s, table, tokens, n_tok, x);
+        return e != 0 ? e : gk_rmsnorm(s, x, norm->gain, norm->eps, n_tok, n, norm->y, norm->q, norm->meta);
+    }
+    if (n_tok == 0)
+        return 0;
+    return emb_by_type(table->type, [&](auto type) {
+        return gk_launch(k_embed_norm<decltype(type)::value>, n_tok, GK_NORM_THREADS, 0, s, *table, tokens, x, *norm);
+    });
 }
 
 /* One block per row (row_norm.cuh). */

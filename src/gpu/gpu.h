@@ -117,6 +117,15 @@ void gpu_session_free(gpu_session *g); /* NULL is allowed */
 hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
                          float *logits);
 
+/* The session's row of n_vocab logits in page-locked host memory, owned by
+ * the session (GPU_MEM_PINNED, freed by gpu_session_free): gpu_forward of
+ * one row (all_rows false) into this row copies device -> row directly,
+ * into any other buffer through a staging row and a memcpy (~42 us more a
+ * token for 151936 logits on the H200 host, docs/PERFORMANCE.md "the
+ * logits' return").  hydra_session keeps its last logits here.  NULL when
+ * no part of the session runs the output head. */
+float *gpu_session_logits_row(gpu_session *g);
+
 typedef struct gpu_stats {
     uint64_t steps, captures, replays;
     int graphs_cached;

@@ -42,6 +42,25 @@ hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_row
 hydra_status gpu_check_matvec_head(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
                                    float *y);
 
+/* The head with the output norm folded in: y = gk_matvec_head given the
+ * raw row x and the norm (gain, eps), which should equal, bit for bit,
+ * y_ref = gk_rmsnorm then gk_matvec, computed in the same run. */
+hydra_status gpu_check_head_norm(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                 const float *gain, float eps, float *y, float *y_ref);
+
+/* gk_embed_norm of n_tok tokens through table (n_rows rows of n_cols of
+ * type) with the norm (gain, eps) into fused, and gk_embed then
+ * gk_rmsnorm into ref, in the same run: x and y (n_tok * n_cols floats),
+ * q (n_tok * n_cols bytes) and meta (4 words per 32 values). */
+typedef struct gpu_embed_norm_out {
+    float *x, *y;
+    int8_t *q;
+    int32_t *meta;
+} gpu_embed_norm_out;
+hydra_status gpu_check_embed_norm(uint32_t type, const void *table, int64_t n_rows, int64_t n_cols,
+                                  const int32_t *tokens, int n_tok, const float *gain, float eps,
+                                  const gpu_embed_norm_out *ref, const gpu_embed_norm_out *fused);
+
 /* Three matrices (Q, K, V; the first two of one type, the last of type
  * last, as gk_matvec_mixed allows) over one activation row x (n_cols) in
  * one gk_matvec_multi launch: y (the three outputs one after the other),

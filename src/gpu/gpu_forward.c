@@ -498,15 +498,31 @@ static hydra_status feed_forward(gpu_session *g, int l, int n)
 
 /* --- the step */
 
+/* x = the tokens' embedding rows, and with them the first layer's input
+ * norm into xn as rmsnorm() writes it (gk_embed_norm: one launch where
+ * there were two). */
+static hydra_status embed(gpu_session *g, int n)
+{
+    const arch_hparams *hp = &g->w->hp;
+    const bool q8 = n <= GK_MATVEC_MAX_TOK;
+    const gk_norm_out norm = {.gain = gw_vec(gw_at(&g->gw, 0, W_ATTN_NORM)), .eps = hp->norm_eps, .y = g->xn.f,
+                              .q = q8 ? g->xn.q : NULL, .meta = q8 ? g->xn.meta : NULL};
+    TRY(gk_embed_norm(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x, &norm),
+        "embedding + first norm");
+    act_bind(&g->xn, hp->n_embd, n);
+    g->xn.q_ready = q8;
+    g->xn_normed = true;
+    gpu_prof_mark(g, OP_EMBED);
+    return HYDRA_OK;
+}
+
 hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
 {
     const arch_hparams *hp = &g->w->hp;
     const int n = (int)sh->n_tok;
     g->xn_normed = false;
-    if (g->o.layer0 == 0) { /* else a layer split's later part: x came from the previous device */
-        TRY(gk_embed(g->stream, &g->gw.global[W_TOKEN_EMBD], g->d_tokens, n, g->x), "embedding");
-        gpu_prof_mark(g, OP_EMBED);
-    }
+    if (g->o.layer0 == 0) /* else a layer split's later part: x came from the previous device */
+        TRY_ST(embed(g, n));
     for (int l = g->o.layer0; l < gpu_layer_end(g); l++) {
         TRY_ST(attention(g, l, sh));
         TRY_ST(feed_forward(g, l, n));
@@ -521,16 +537,20 @@ hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh)
     const arch_hparams *hp = &g->w->hp;
     const int n = (int)sh->n_tok;
     const int first = sh->all_rows ? 0 : n - 1;
-    TRY_ST(rmsnorm(g, g->x + (int64_t)first * hp->n_embd, &g->gw.global[W_OUTPUT_NORM], n - first, &g->xn));
-    const gk_mat *w = &g->gw.global[W_OUTPUT];
-    if (n - first > 1 || !gk_matvec_head_fits(w))
+    const float *x = g->x + (int64_t)first * hp->n_embd;
+    const gk_mat *w = &g->gw.global[W_OUTPUT], *norm = &g->gw.global[W_OUTPUT_NORM];
+    if (n - first > 1 || !gk_matvec_head_fits(w)) {
+        TRY_ST(rmsnorm(g, x, norm, n - first, &g->xn));
         return linear(g, w, &g->xn, 0, n - first, g->logits, hp->n_vocab, NULL, false, OP_OUTPUT);
+    }
     /* one row through the vocabulary: the kernel that reads it at the
-     * memory's pace (matvec_head.cu), on the norm's 8-bit form */
-    TRY_ST(act_quantize(g, &g->xn));
-    const gk_act xa = act_view(&g->xn, 0);
+     * memory's pace (matvec_head.cu), which also applies the output norm */
+    const gk_act xa = {.f = x, .n = hp->n_embd};
+    const gk_norm_out no = {.gain = gw_vec(norm), .eps = hp->norm_eps, .y = g->xn.f, .q = g->xn.q,
+                            .meta = g->xn.meta};
     const gk_out out = {.y = g->logits, .y_stride = hp->n_vocab};
-    TRY(gk_matvec_head(g->stream, w, &xa, &out), "output projection");
+    TRY(gk_matvec_head(g->stream, w, &xa, &out, &no), "output norm + projection");
+    act_bind(&g->xn, hp->n_embd, 1); /* xn is not written where the launch norms the row itself */
     gpu_prof_mark(g, OP_OUTPUT);
     return HYDRA_OK;
 }

@@ -152,7 +152,11 @@ struct gpu_session {
     size_t pinned_bytes;
     gk_step *h_step;
     int32_t *h_tokens;
-    float *h_logits;           /* one row */
+    float *h_logits;           /* one row: staging for a caller's pageable buffer */
+    /* One row the caller reads directly: the hydra_session's last logits
+     * (gpu_session_logits_row); a step whose destination it is copies there
+     * from the device without staging.  NULL without the output head. */
+    float *logits_row;
 
     struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid*.c (gpu_hybrid_internal.h) */
     struct gpu_multi *multi;   /* a split over devices: this session only drives its parts (gpu_multi.c) */
@@ -234,6 +238,17 @@ hydra_status gpu_nccl_sum(gpu_nccl *c, float *const *buf, size_t count, const gp
 hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
                              uint64_t generation);
 hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *logits);
+/* Where the device copies a step's logits for the destination logits: the
+ * destination itself when it takes every row or is the session's pinned
+ * logits_row, else the pinned staging row h_logits, which the caller then
+ * copies to logits (a copy into pageable memory costs more than staging
+ * plus memcpy: docs/PERFORMANCE.md "the logits' return"). */
+static inline float *gpu_logits_landing(const gpu_session *g, bool all_rows, float *logits)
+{
+    return all_rows || logits == g->logits_row ? logits : g->h_logits;
+}
+/* The pinned logits row of the part that runs the output head. */
+float *gpu_multi_logits_row(const gpu_session *g);
 
 /* The end of the session's layer range. */
 static inline int gpu_layer_end(const gpu_session *g)

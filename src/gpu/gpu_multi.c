@@ -259,6 +259,15 @@ hydra_status gpu_multi_forward(gpu_session *g, int64_t pos0, const int32_t *toke
     return st;
 }
 
+float *gpu_multi_logits_row(const gpu_session *g)
+{
+    const gpu_multi *m = g->multi;
+    for (int i = 0; i < m->plan.n_part; i++) /* one part runs the head: a layer split's last, a tensor split's main */
+        if (m->part[i]->logits_row != NULL)
+            return m->part[i]->logits_row;
+    return NULL;
+}
+
 void gpu_multi_stats(const gpu_session *g, gpu_stats *out)
 {
     const gpu_multi *m = g->multi;

@@ -82,6 +82,12 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
+float *gpu_session_logits_row(gpu_session *g)
+{
+    (void)g;
+    return NULL;
+}
+
 void gpu_session_stats(const gpu_session *g, gpu_stats *out)
 {
     (void)g;
@@ -260,6 +266,22 @@ hydra_status gpu_check_matvec_head(uint32_t type, const void *w, int64_t n_rows,
                                    float *y)
 {
     (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_head_norm(uint32_t type, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                                 const float *gain, float eps, float *y, float *y_ref)
+{
+    (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)gain, (void)eps, (void)y, (void)y_ref;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_embed_norm(uint32_t type, const void *table, int64_t n_rows, int64_t n_cols,
+                                  const int32_t *tokens, int n_tok, const float *gain, float eps,
+                                  const gpu_embed_norm_out *ref, const gpu_embed_norm_out *fused)
+{
+    (void)type, (void)table, (void)n_rows, (void)n_cols, (void)tokens, (void)n_tok, (void)gain, (void)eps, (void)ref,
+        (void)fused;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 

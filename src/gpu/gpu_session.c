@@ -173,8 +173,10 @@ static hydra_status alloc_scratch(gpu_session *g)
     carve p = {0};
     CARVE(&p, g->h_step, sizeof(gk_step));
     CARVE(&p, g->h_tokens, sizeof(int32_t) * (size_t)nb);
-    if (runs_head(g))
+    if (runs_head(g)) {
         CARVE(&p, g->h_logits, sizeof(float) * hp->n_vocab);
+        CARVE(&p, g->logits_row, sizeof(float) * hp->n_vocab);
+    }
     g->pinned_bytes = p.total;
     return carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging");
 }
@@ -312,17 +314,17 @@ hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *lo
     const uint32_t n_vocab = g->w->hp.n_vocab;
     const size_t rows = all_rows ? (size_t)n : 1;
     const bool head = runs_head(g);
+    float *landing = gpu_logits_landing(g, all_rows, logits);
     gpuError_t e = gpuSuccess;
     if (head)
-        e = gpuMemcpyAsync(all_rows ? logits : g->h_logits, g->logits, sizeof(float) * rows * n_vocab,
-                           gpuMemcpyDeviceToHost, g->stream);
+        e = gpuMemcpyAsync(landing, g->logits, sizeof(float) * rows * n_vocab, gpuMemcpyDeviceToHost, g->stream);
     const gpuError_t e_sync = gpuStreamSynchronize(g->stream);
     if (e == gpuSuccess)
         e = e_sync;
     if (e != gpuSuccess)
         return gpu_fail(e, "running a step");
-    if (head && !all_rows)
-        memcpy(logits, g->h_logits, sizeof(float) * n_vocab);
+    if (head && landing != logits)
+        memcpy(logits, landing, sizeof(float) * n_vocab);
     if (g->o.profile)
         profile_collect(g);
     g->stats.steps++;
@@ -338,6 +340,11 @@ hydra_status gpu_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, in
         return gpu_fail(e, "selecting the session's device");
     const hydra_status st = gpu_step_launch(g, pos0, tokens, n, all_rows, 0);
     return st == HYDRA_OK ? gpu_step_finish(g, n, all_rows, logits) : st;
+}
+
+float *gpu_session_logits_row(gpu_session *g)
+{
+    return g->multi != NULL ? gpu_multi_logits_row(g) : g->logits_row;
 }
 
 void gpu_session_stats(const gpu_session *g, gpu_stats *out)

@@ -413,11 +413,12 @@ static hydra_status finish(gpu_tensor *t, gpu_session *const *part, int64_t n, b
     const gpu_session *m = part[t->main];
     const uint32_t n_vocab = m->w->hp.n_vocab;
     const size_t bytes = sizeof(float) * (all_rows ? (size_t)n : 1) * n_vocab;
+    float *landing = gpu_logits_landing(m, all_rows, logits);
     for (int i = 0; i < t->n_part; i++) {
         gpuSetDevice(t->device[i]);
         gpuError_t e = gpuSuccess;
         if (st == HYDRA_OK && i == t->main)
-            e = gpuMemcpyAsync(all_rows ? logits : m->h_logits, m->logits, bytes, gpuMemcpyDeviceToHost, m->stream);
+            e = gpuMemcpyAsync(landing, m->logits, bytes, gpuMemcpyDeviceToHost, m->stream);
         if (st == HYDRA_OK && t->p2p != NULL)
             st = gpu_p2p_fetch(t->p2p, i, part[i]->stream);
         const gpuError_t e_sync = gpuStreamSynchronize(part[i]->stream);
@@ -428,8 +429,8 @@ static hydra_status finish(gpu_tensor *t, gpu_session *const *part, int64_t n, b
     }
     if (st == HYDRA_OK && t->p2p != NULL)
         st = gpu_p2p_check(t->p2p);
-    if (st == HYDRA_OK && !all_rows)
-        memcpy(logits, m->h_logits, bytes);
+    if (st == HYDRA_OK && landing != logits)
+        memcpy(logits, landing, bytes);
     return st;
 }
 
