@@ -241,12 +241,6 @@ int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of
  * gk_rmsnorm's formulas) and also writes it to norm's y, q, meta, saving
  * the RMSNorm launch. */
 enum { GK_TAIL_MAX_EXPERTS = 256, GK_TAIL_MAX_USED = 32, GK_ROUTER_NORM_MAX = 2048 };
-/* The session's counters (gpu_session.counter, GK_COUNTERS words zeroed
- * once at creation; every launch leaves its words as it found them): the
- * router launch's last-block tail (gk_tail.counter), and two words for
- * each persistent decode launch's grid barrier (grid_sync.cuh). */
-enum { GK_CTR_TAIL = 0, GK_CTR_BAR_MOE = 2, GK_CTR_BAR_ATTN = 4, GK_COUNTERS = 8 };
-
 typedef struct gk_tail {
     unsigned int *counter;
     gk_gating gating;
@@ -343,30 +337,6 @@ int gk_attention_rope(gpuStream_t s, const gk_attn *a, const gk_rope *r, const g
  * blocks (rope NULL: none). */
 bool gk_attention_decode_fits(const gk_attn *a);
 int gk_attention_decode(gpuStream_t s, const gk_attn *a, const gk_rope *rope, const gk_step *step);
-
-/* attn_layer.cu: the attention half of a one-token decode layer in one
- * persistent launch (grid_sync.cuh): Q/K/V rows of xn's 8-bit form (+
- * biases) into rope.q/k/v, then gk_attention_decode's work (QK-norm,
- * RoPE, KV store, the output and its 8-bit form into attn.out/out_q/
- * out_meta), then x += wo . out (+ bias): the same bits as gk_matvec_multi,
- * gk_attention_rope and gk_matvec.  bar: two zeroed words (GK_CTR_BAR_ATTN
- * of the session's counters), left zero.  Takes what gk_attn_layer_fits
- * says (CUDA, compute capability 9.0 on, the types of attn_layer.cu's
- * table, gk_attention_decode_fits with out_q); else the three launches,
- * which also stay the default (gpu_internal.h, gpu_attn_layer_mode). */
-typedef struct gk_attn_layer {
-    gk_mat wq, wk, wv, wo;
-    const float *bq, *bk, *bv, *bo; /* NULL: none */
-    gk_act xn;                      /* q, meta of one row of n_embd */
-    gk_attn attn;
-    gk_rope rope;
-    float *x;                       /* the residual row, n_embd = wo.n_rows */
-    unsigned int *bar;
-    bool qkv;                       /* false: rope.q/k/v hold Q/K/V already (a gk_matvec_multi launch
-                                       before), the launch starts at the attention; wq/wk/wv unused */
-} gk_attn_layer;
-bool gk_attn_layer_fits(const gk_attn_layer *l);
-int gk_attn_layer_run(gpuStream_t s, const gk_attn_layer *l, const gk_step *step);
 
 /* h = silu(g) * u over n values. */
 int gk_swiglu(gpuStream_t s, const float *g, const float *u, int64_t n, float *h);

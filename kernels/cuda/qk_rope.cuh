@@ -57,7 +57,7 @@ static inline __device__ void qr_load(const gk_rope &r, const float *src, float 
 #pragma unroll
     for (int m = 0; m < QR_PER_LANE; m++) {
         const int i = lane + GPU_WARP * m;
-        v[m] = src == NULL ? 1.0f : i < r.head_dim_k ? __ldcg(src + i) : 0.0f; /* L2: attn_layer.cu wrote q, k in its launch */
+        v[m] = src == NULL ? 1.0f : i < r.head_dim_k ? src[i] : 0.0f;
     }
 }
 

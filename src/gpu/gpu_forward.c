@@ -205,41 +205,6 @@ static hydra_status project_qkv(gpu_session *g, int l, int n)
     return HYDRA_OK;
 }
 
-/* One token: Q/K/V (or a Q/K/V launch first, ATTN_LAYER_AFTER_QKV), the
- * attention and the output projection added into x in one persistent
- * launch (attn_layer.cu), where gk_attn_layer_fits; *done says whether it
- * took the layer (else the three launches below). */
-static hydra_status attention_layer(gpu_session *g, int l, const step_shape *sh, const gk_rope *r, bool *done)
-{
-    const arch_hparams *hp = &g->w->hp;
-    const gpu_weights *gw = &g->gw;
-    const int64_t datt = (int64_t)hp->n_head * hp->head_dim_v;
-    const gk_attn a = {.q = g->q, .k = r->k_cache, .v = r->v_cache, .kv_f16 = r->kv_f16, .k_row = g->k_row,
-                       .v_row = g->v_row, .n_head = (int)hp->n_head, .n_head_kv = (int)hp->n_head_kv,
-                       .head_dim_k = (int)hp->head_dim_k, .head_dim_v = (int)hp->head_dim_v, .scale = hp->kq_scale,
-                       .n_tok = 1, .max_kv = (int)sh->max_kv, .scratch = g->attn_scratch, .out = g->att.f,
-                       .out_q = g->att.q, .out_meta = g->att.meta};
-    const gk_attn_layer al = {.wq = *gw_at(gw, l, W_ATTN_Q), .wk = *gw_at(gw, l, W_ATTN_K),
-                              .wv = *gw_at(gw, l, W_ATTN_V), .wo = *gw_at(gw, l, W_ATTN_OUT),
-                              .bq = gw_vec(gw_at(gw, l, W_ATTN_Q_BIAS)),
-                              .bk = gw_vec(gw_at(gw, l, W_ATTN_K_BIAS)), .bv = gw_vec(gw_at(gw, l, W_ATTN_V_BIAS)),
-                              .bo = gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)), .xn = act_view(&g->xn, 0), .attn = a,
-                              .rope = *r, .x = g->x, .bar = g->counter + GK_CTR_BAR_ATTN,
-                              .qkv = g->attn_layer == ATTN_LAYER_WHOLE};
-    *done = gk_attn_layer_fits(&al);
-    if (!*done)
-        return HYDRA_OK;
-    if (al.qkv)
-        TRY_ST(act_quantize(g, &g->xn));
-    else
-        TRY_ST(project_qkv(g, l, 1));
-    TRY(gk_attn_layer_run(g->stream, &al, g->d_step), "attention layer");
-    gpu_prof_mark(g, OP_ATTN);
-    act_bind(&g->att, datt, 1);
-    g->att.q_ready = true;
-    return HYDRA_OK;
-}
-
 static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
 {
     const arch_hparams *hp = &g->w->hp;
@@ -251,6 +216,7 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     g->xn_normed = false;
     if (g->mla != NULL) /* deepseek2: attention in latent space (gpu_mla.c) */
         return gpu_mla_attention(g, l, sh);
+    TRY_ST(project_qkv(g, l, n));
 
     const size_t kv_l = (size_t)(l - g->o.layer0); /* the cache holds the session's layers only */
     uint8_t *k_cache = g->k_cache + kv_l * (size_t)g->o.n_ctx * (size_t)g->k_row * g->kv_elem;
@@ -271,13 +237,6 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     const bool att_q8 = plain && n <= GK_MATVEC_MAX_TOK && hp->head_dim_v % 32 == 0 &&
                         reads_8bit(gw_at(gw, l, W_ATTN_OUT));
     const bool rope_in_attention = plain && n == 1;
-    if (rope_in_attention && att_q8 && g->attn_layer != ATTN_LAYER_OFF && !g->o.tensor_part) {
-        bool done = false;
-        TRY_ST(attention_layer(g, l, sh, &r, &done));
-        if (done)
-            return HYDRA_OK;
-    }
-    TRY_ST(project_qkv(g, l, n));
     if (!rope_in_attention) {
         TRY(gk_rope_store(g->stream, &r, g->d_step), "rope");
         gpu_prof_mark(g, OP_ROPE);

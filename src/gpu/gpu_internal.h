@@ -120,16 +120,6 @@ typedef struct graph_entry {
     gpuGraphExec_t exec;
 } graph_entry;
 
-/* How a one-token layer's attention runs where attn_layer.cu takes it
- * (gk_attn_layer_fits), from HYDRA_ATTN_LAYER at the session's creation
- * (unset or 0, 1, 2): the three launches (Q/K/V, attention, output
- * projection), one launch, or the Q/K/V launch then one launch for the
- * rest.  The three launches stay the default: on the H200 the one-launch
- * forms decoded slower (tg128 322 and 330 against 393 t/s; docs/
- * PERFORMANCE.md, "CUDA decode, session 7"), so 1 and 2 are for A/B runs
- * and for tuning them. */
-typedef enum { ATTN_LAYER_OFF, ATTN_LAYER_WHOLE, ATTN_LAYER_AFTER_QKV } gpu_attn_layer_mode;
-
 struct gpu_session {
     const model_weights *w;
     gpu_options o;
@@ -150,10 +140,9 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
-    gpu_attn_layer_mode attn_layer; /* one-token attention in one launch where it fits (attn_layer.cu) */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
-    unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */
+    unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
 

@@ -6,7 +6,6 @@
 #include "gpu.h"
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
-#include "gpu_check_attn.h"
 #include "gpu_check_fused.h"
 #include "gpu_check_stack.h"
 
@@ -291,15 +290,6 @@ hydra_status gpu_check_rope_attention(const gpu_rope_attn_check *c, const float 
                                       bool *same_cache)
 {
     (void)c, (void)q, (void)k, (void)v, (void)out_ref, (void)out_fused, (void)out_q, (void)out_d, (void)same_cache;
-    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
-}
-
-hydra_status gpu_check_attn_layer(const gpu_attn_layer_check *c, const void *const w[4], const float *xn,
-                                  const float *x_init, float *x_ref, float *x_fused, float *att_ref,
-                                  float *att_fused, bool *same_cache)
-{
-    (void)c, (void)w, (void)xn, (void)x_init, (void)x_ref, (void)x_fused, (void)att_ref, (void)att_fused,
-        (void)same_cache;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
