@@ -76,6 +76,27 @@ static inline int gk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, si
 #endif
 }
 
+/* The most blocks of kernel (threads a block, smem bytes of dynamic
+ * shared memory) that the current device holds resident at once: the grid
+ * of a persistent launch that walks its work in tiles.  0 on error.  It
+ * asks the runtime each time, so a launcher repeated outside a graph
+ * caches it per device. */
+template <typename Kernel> static inline int gk_coresident_blocks(Kernel kernel, int threads, size_t smem)
+{
+    int dev = 0, n_sm = 0, per_sm = 0;
+    if (gpuGetDevice(&dev) != gpuSuccess ||
+        gpuDeviceGetAttribute(&n_sm, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess)
+        return 0;
+#if defined(HYDRA_HIP)
+    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != hipSuccess)
+        return 0;
+#else
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+        return 0;
+#endif
+    return n_sm * per_sm;
+}
+
 static inline __device__ float silu(float x)
 {
     return x / (1.0f + expf(-x));

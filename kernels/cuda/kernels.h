@@ -241,12 +241,6 @@ int gk_moe_combine(gpuStream_t s, const gk_route *routes, const int32_t *slot_of
  * gk_rmsnorm's formulas) and also writes it to norm's y, q, meta, saving
  * the RMSNorm launch. */
 enum { GK_TAIL_MAX_EXPERTS = 256, GK_TAIL_MAX_USED = 32, GK_ROUTER_NORM_MAX = 2048 };
-/* The session's counters (gpu_session.counter, GK_COUNTERS words zeroed
- * once at creation; every launch leaves its words as it found them): the
- * router launch's last-block tail (gk_tail.counter), and two words for
- * each persistent decode launch's grid barrier (grid_sync.cuh). */
-enum { GK_CTR_TAIL = 0, GK_CTR_BAR_MOE = 2, GK_CTR_BAR_ATTN = 4, GK_COUNTERS = 8 };
-
 typedef struct gk_tail {
     unsigned int *counter;
     gk_gating gating;

@@ -21,7 +21,6 @@
  * one launch.
  */
 #include "common.cuh"
-#include "grid_sync.cuh"
 #include "mma.cuh"
 #include "row_norm.cuh"
 

@@ -142,7 +142,7 @@ struct gpu_session {
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
-    unsigned int *counter;     /* GK_COUNTERS launch counters (kernels.h GK_CTR_*), zero between launches */
+    unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
 

@@ -154,7 +154,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->slot_of, sizeof(int32_t) * (size_t)routes);
     CARVE(&c, g->tiles, 4 * sizeof(int32_t) * (size_t)g->max_tiles);
     CARVE(&c, g->n_tiles, sizeof(int32_t));
-    CARVE(&c, g->counter, sizeof(unsigned int) * GK_COUNTERS);
+    CARVE(&c, g->counter, sizeof(unsigned int));
     CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
     carve_act(&c, &g->h, 1, hidden);
@@ -165,7 +165,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &g->scratch_base, "scratch");
     if (st != HYDRA_OK)
         return st;
-    gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int) * GK_COUNTERS, g->stream); /* before any step */
+    gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
     if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
         e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
