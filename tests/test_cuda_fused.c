@@ -216,7 +216,11 @@ TEST(cuda_staged_matvec_equals_quantize_then_matvec)
     if (!gpu_available(&why))
         SKIP("%s", why);
     static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q5_K, QT_Q4_0, QT_IQ4_XS};
-    static const row_shape shapes[] = {{64, 768}, {37, 256}, {16, 2048}};
+    /* 45 and 6 rows: a last warp with fewer than its 4 rows; 768
+     * columns as Qwen3-30B-A3B's down projection (Q6_K rows of 630 bytes:
+     * a warp's rows start 8 bytes past a 16-byte boundary every other
+     * warp), 1536 (Q6_K rows 16-byte aligned), 256 (2-byte aligned) */
+    static const row_shape shapes[] = {{64, 768}, {37, 256}, {16, 2048}, {45, 768}, {6, 1536}};
     row_cases(t_, gpu_check_matvec_staged, "staged", types, sizeof types / sizeof types[0], shapes,
               sizeof shapes / sizeof shapes[0], 0x51A6EDull);
 }
