@@ -214,7 +214,30 @@ template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k
  * 360.78 -> 373.64 t/s against 4 warps on the H200; docs/PERFORMANCE.md,
  * "CUDA decode, session 6: the MoE block").  The same per-chunk terms, in
  * the same order, as k_matvec_q, so the same bits as quantize + matvec. */
-enum { MVS_ROWS = 4, MVS_WARPS = 8 };
+enum { MVS_ROWS = 4, MVS_WARPS = 8, MVS_LINE = 128 };
+
+/* The weights do not depend on the staged row, so before staging each
+ * lane asks for one 128-byte line of its warp's MVS_ROWS rows (one
+ * contiguous run: 1728 bytes on Q4_K, 2520 on Q6_K for 768 columns, within
+ * the warp's 32 lines): their DRAM latency overlaps the row's loads,
+ * quantisation and barrier (tg128 +0.5% on the H200; docs/PERFORMANCE.md,
+ * "CUDA decode, session 7: the down launch's loads first").  A prefetch,
+ * not loads into registers: decoded chunks held across the staging took
+ * the launch from 64 to 94 (Q4_K) and 128 (Q6_K) registers, half the
+ * blocks per SM.  The decode below is unchanged. */
+static inline __device__ void mvs_prefetch(const uint8_t *w, const gk_mat &wm, int64_t r0)
+{
+#if defined(HYDRA_HIP)
+    (void)w, (void)wm, (void)r0;
+#else
+    const int64_t r1 = r0 + MVS_ROWS < wm.n_rows ? r0 + MVS_ROWS : wm.n_rows;
+    const uintptr_t end = (uintptr_t)(w + r1 * wm.row_bytes);
+    const uintptr_t line = ((uintptr_t)(w + r0 * wm.row_bytes) & ~(uintptr_t)(MVS_LINE - 1)) +
+                           (uintptr_t)MVS_LINE * (threadIdx.x % GPU_WARP);
+    if (line < end)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#endif
+}
 
 template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec_staged(const mv_job job)
 {
@@ -225,12 +248,14 @@ template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec
     const gk_out &out = job.out[0];
     const gk_act &x = job.x;
     const mv_place p = mv_where(w, w, job.rows, false);
+    const int64_t r0 = ((int64_t)blockIdx.x * MVS_WARPS + threadIdx.x / GPU_WARP) * MVS_ROWS;
+    if (r0 < w.n_rows)
+        mvs_prefetch(p.w, w, r0);
     extern __shared__ int4 mv_stage[];
     mv_stage_row(x.f + p.act0 * x.n, x.n, mv_stage);
     const int8_t *xq = (const int8_t *)mv_stage;
     const int4 *xm = mv_stage + x.n / 16;
     __syncthreads();
-    const int64_t r0 = ((int64_t)blockIdx.x * MVS_WARPS + threadIdx.x / GPU_WARP) * MVS_ROWS;
     if (r0 >= w.n_rows)
         return;
     const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(w.n_cols / 32);
