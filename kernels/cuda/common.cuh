@@ -78,9 +78,9 @@ static inline int gk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, si
 
 /* The most blocks of kernel (threads a block, smem bytes of dynamic
  * shared memory) that the current device holds resident at once: the grid
- * of a persistent launch that walks its work in tiles.  0 on error.  It
- * asks the runtime each time, so a launcher repeated outside a graph
- * caches it per device. */
+ * of a persistent launch that walks its work in tiles.  0 on error.  A
+ * host-side query of the runtime (no synchronisation): a captured graph
+ * asks it once, at capture; with graphs off, every launch asks again. */
 template <typename Kernel> static inline int gk_coresident_blocks(Kernel kernel, int threads, size_t smem)
 {
     int dev = 0, n_sm = 0, per_sm = 0;
