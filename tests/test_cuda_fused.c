@@ -9,7 +9,7 @@
  *   the router's logits alone + the top-k in the experts' gate/up launch:
  *     logits and norm as above; routes and hidden rows bit for bit those
  *     of gk_moe_topk + gk_matvec over the same logits; experts those of
- *     the router + top-k launch, weights to float rounding.
+ *     the router + top-k launch, weights to its logits' rounding.
  */
 #include "gpu/gpu.h"
 #include "gpu/gpu_check_fused.h"
@@ -481,8 +481,10 @@ static void split_compare(test_ctx *t_, size_t ci, const split_case *sc, const f
         if (o->experts[k] != o->experts_topk[k] || memcmp(&o->weights[k], &o->weights_topk[k], sizeof(float)) != 0)
             FAIL("case %zu rank %d: gate/up launch expert %d weight %.9g, gk_moe_topk %d %.9g", ci, k,
                  o->experts[k], o->weights[k], o->experts_topk[k], o->weights_topk[k]);
+        /* a weight's relative error is about its logit's absolute one
+         * (softmax), here up to ~1e-4 */
         if (o->experts[k] != o->experts_fused[k] ||
-            !(fabsf(o->weights[k] - o->weights_fused[k]) <= 1e-5f * o->weights_fused[k]))
+            !(fabsf(o->weights[k] - o->weights_fused[k]) <= 1e-3f * o->weights_fused[k]))
             FAIL("case %zu rank %d: gate/up launch expert %d weight %.9g, router + top-k %d %.9g", ci, k,
                  o->experts[k], o->weights[k], o->experts_fused[k], o->weights_fused[k]);
     }

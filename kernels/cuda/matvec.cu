@@ -597,10 +597,10 @@ template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *j
 
 /* One decode token's top-k in the experts' gate/up launch
  * (gk_experts_glu_topk), after a router launch of a block per expert
- * (gk_router_logits): every block ranks the token's logits itself, by
- * tail.cuh's rules (topk_probs, topk_rank_token, topk_route: the
- * choices and weight bits of gk_router_topk's top-k of the same logits),
- * and runs route blockIdx.y; the blocks of row-block 0 write the routes,
+ * (gk_router_logits): every block's first warp ranks the token's logits
+ * itself (tail.cuh's topk_warp: the choices and weight bits of
+ * gk_moe_topk's over the same logits), and the block runs route
+ * blockIdx.y; the blocks of row-block 0 write the routes,
  * which the down projection and the combine read after this launch.  No
  * block waits for another: the router needs no cluster that gathers every
  * logit in one block, and its 1 MB (Qwen3-30B-A3B) is read by 128 SMs
@@ -608,28 +608,19 @@ template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *j
  * router"). */
 static inline __device__ mv_place mv_pick_route(const mv_job &job)
 {
-    __shared__ float prob[GK_TAIL_MAX_EXPERTS];
-    __shared__ int picked_e[GK_TAIL_MAX_USED];
-    __shared__ float picked_p[GK_TAIL_MAX_USED];
-    const gk_gating &g = job.tail.gating;
-    if (threadIdx.x < GPU_WARP) {
-        float p[TK_PER_LANE];
-        topk_probs<true>(g, job.logits, p);
-#pragma unroll
-        for (int j = 0; j < TK_PER_LANE; j++)
-            if ((int)threadIdx.x + GPU_WARP * j < g.n_expert)
-                prob[threadIdx.x + GPU_WARP * j] = p[j];
-    }
+    __shared__ gk_route route[GK_TAIL_MAX_USED];
+    if (threadIdx.x < GPU_WARP)
+        topk_warp(job.tail.gating, job.logits, 0, route);
     __syncthreads();
-    topk_rank_token(prob, g.n_expert, g.n_used, picked_e, picked_p);
-    __syncthreads();
-    const gk_route rt = topk_route(g, 0, blockIdx.y, picked_e, picked_p, 0);
+    const gk_route rt = route[blockIdx.y];
     if (blockIdx.x == 0 && threadIdx.x == 0)
         job.tail.routes[blockIdx.y] = rt;
     return mv_at_route(job.w[0], job.up, rt, true, true);
 }
 
-template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_glu_topk(const mv_job job)
+/* 64 registers, as k_matvec_q's GLU: 8 blocks an SM (72 without the
+ * bound: 7). */
+template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, 8) k_matvec_glu_topk(const mv_job job)
 {
     gpu_pdl_wait();
     mv_row_q<T, true, 1>(job, 0, mv_pick_route(job));

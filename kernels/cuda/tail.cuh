@@ -286,52 +286,21 @@ static inline __device__ void topk_rank_block(const float *prob, int stride, int
     }
 }
 
-/* The same picks for one token (prob: its n_expert probabilities in
- * shared memory), a thread per expert counting over all of them: every
- * thread of a warp reads the same word at once (a broadcast), where
- * topk_rank_block's 4 threads of a pair read 4 words of one bank.  For a
- * block that ranks one token alone (matvec.cu's gate/up launch). */
-static inline __device__ void topk_rank_token(const float *prob, int n_expert, int n_used, int *picked_e,
-                                              float *picked_p)
-{
-    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-        const float mine = tk_key(prob[e]);
-        int before = 0;
-#pragma unroll 8
-        for (int f = 0; f < n_expert; f++) {
-            const float other = tk_key(prob[f]);
-            before += (other > mine) + (other == mine && f < e);
-        }
-        if (before < n_used) {
-            picked_e[before] = e;
-            picked_p[before] = prob[e];
-        }
-    }
-}
-
-/* Token t's route of rank k from its picks (after topk_rank_block or
- * topk_rank_token and a barrier): the weight sum in rank order, as
- * moe_select. */
-static inline __device__ gk_route topk_route(const gk_gating &g, int t, int k, const int *picked_e,
-                                             const float *picked_p, int picked_stride)
-{
-    const float *pp = picked_p + t * picked_stride;
-    float wsum = 0.0f;
-    for (int j = 0; j < g.n_used; j++)
-        wsum += pp[j];
-    gk_route r;
-    r.token = t;
-    r.expert = picked_e[t * picked_stride + k];
-    r.weight = (g.renorm ? pp[k] / wsum : pp[k]) * g.scale;
-    return r;
-}
-
-/* The routes of n_tok tokens from their picks. */
+/* The routes of n_tok tokens from their picks (after topk_rank_block and a
+ * barrier): the weight sum in rank order, as moe_select. */
 static inline __device__ void topk_write_routes(const gk_gating &g, int n_tok, const int *picked_e,
                                                 const float *picked_p, int picked_stride, gk_route *routes)
 {
-    for (int i = threadIdx.x; i < n_tok * g.n_used; i += blockDim.x)
-        routes[i] = topk_route(g, i / g.n_used, i % g.n_used, picked_e, picked_p, picked_stride);
+    for (int i = threadIdx.x; i < n_tok * g.n_used; i += blockDim.x) {
+        const int t = i / g.n_used, k = i % g.n_used;
+        const float *pp = picked_p + t * picked_stride;
+        float wsum = 0.0f;
+        for (int j = 0; j < g.n_used; j++)
+            wsum += pp[j];
+        routes[i].token = t;
+        routes[i].expert = picked_e[t * picked_stride + k];
+        routes[i].weight = (g.renorm ? pp[k] / wsum : pp[k]) * g.scale;
+    }
 }
 
 #endif
