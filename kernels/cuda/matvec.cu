@@ -15,7 +15,6 @@
 #include "common.cuh"
 #include "row_norm.cuh"
 #include "tail.cuh"
-#include "kernels_route.h"
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
@@ -34,7 +33,6 @@ struct mv_job {
     gk_tail tail;     /* counter NULL: none */
     gk_norm_out norm; /* k_matvec_f<.., NORM>: x.f is the raw row; its RMSNorm (gain, eps) is
                          what the block dots, and block 0 writes it to y, q, meta */
-    const float *logits; /* k_matvec_glu_topk: the token's router logits (tail.gating, tail.routes) */
 };
 
 struct mv_place {
@@ -50,24 +48,16 @@ static inline __device__ bool mv_skipped(const gk_rows &rows)
     return rows.routes != NULL && rows.routes[blockIdx.y].expert < 0;
 }
 
-/* Grid row blockIdx.y's place when it runs route rt. */
-static inline __device__ mv_place mv_at_route(const gk_mat &w, const gk_mat &w2, gk_route rt, bool act_by_token,
-                                              bool glu)
-{
-    mv_place p;
-    p.w = expert_matrix(w, rt.expert);
-    p.w2 = glu ? expert_matrix(w2, rt.expert) : NULL;
-    p.act0 = act_by_token ? rt.token : (int64_t)blockIdx.y;
-    p.out0 = blockIdx.y;
-    p.n_tok = 1;
-    return p;
-}
-
 static inline __device__ mv_place mv_where(const gk_mat &w, const gk_mat &w2, const gk_rows &rows, bool glu)
 {
     mv_place p;
     if (rows.routes != NULL) {
-        p = mv_at_route(w, w2, rows.routes[blockIdx.y], rows.act_by_token, glu);
+        const gk_route rt = rows.routes[blockIdx.y];
+        p.w = expert_matrix(w, rt.expert);
+        p.w2 = glu ? expert_matrix(w2, rt.expert) : NULL;
+        p.act0 = rows.act_by_token ? rt.token : (int64_t)blockIdx.y;
+        p.out0 = blockIdx.y;
+        p.n_tok = 1;
     } else {
         p.w = w.data;
         p.w2 = glu ? w2.data : NULL;
@@ -124,9 +114,9 @@ static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *sta
     }
 }
 
-/* A warp's row of a quantised launch, the block's matrices and rows at p.
- * NT: the most tokens of a launch (1 for decode and routes, so that the
- * accumulators of unused tokens take no registers). */
+/* A warp's row of a quantised launch.  NT: the most tokens of a launch
+ * (1 for decode and routes, so that the accumulators of unused tokens take
+ * no registers). */
 /* The matrix of this block of a dense quantised launch (blk0). */
 static inline __device__ int mv_mat_of(const mv_job &job)
 {
@@ -137,16 +127,17 @@ static inline __device__ int mv_mat_of(const mv_job &job)
     return mat;
 }
 
-template <int T, bool GLU, int NT>
-static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat, const mv_place &p)
+template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat)
 {
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
     const gk_act &x = job.x;
+    const gk_rows &rows = job.rows;
     const int64_t r = (int64_t)(blockIdx.x - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
     if (r >= w.n_rows)
         return;
     const int lane = threadIdx.x % GPU_WARP;
+    const mv_place p = mv_where(w, w2, rows, GLU);
     const uint8_t *row = p.w + r * w.row_bytes;
     const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
     const int n_chunks = (int)(w.n_cols / 32);
@@ -195,8 +186,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job jo
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;
-    const int mat = job.rows.routes != NULL ? 0 : mv_mat_of(job);
-    mv_row_q<T, GLU, NT>(job, mat, mv_where(job.w[mat], job.up, job.rows, GLU));
+    mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job));
 }
 
 /* Dense one-token launches whose last matrix has another type (Q4_K_M's
@@ -209,11 +199,10 @@ template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k
 {
     gpu_pdl_wait();
     const int mat = mv_mat_of(job);
-    const mv_place p = mv_where(job.w[mat], job.up, job.rows, false);
     if (mat == job.n_mats - 1)
-        mv_row_q<TL, false, 1>(job, mat, p);
+        mv_row_q<TL, false, 1>(job, mat);
     else
-        mv_row_q<T, false, 1>(job, mat, p);
+        mv_row_q<T, false, 1>(job, mat);
 }
 
 /* The staged launch (expert down projections: rows of a few chunks, many
@@ -595,43 +584,6 @@ template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *j
     return gk_launch_cluster(k_router_cluster<T, false>, dim3(RC_BLOCKS), RC_THREADS, 0, s, RC_BLOCKS, *job);
 }
 
-/* One decode token's top-k in the experts' gate/up launch
- * (gk_experts_glu_topk), after a router launch of a block per expert
- * (gk_router_logits): every block's first warp ranks the token's logits
- * itself (tail.cuh's topk_warp: the choices and weight bits of
- * gk_moe_topk's over the same logits), and the block runs route
- * blockIdx.y; the blocks of row-block 0 write the routes,
- * which the down projection and the combine read after this launch.  No
- * block waits for another: the router needs no cluster that gathers every
- * logit in one block, and its 1 MB (Qwen3-30B-A3B) is read by 128 SMs
- * instead of 8 (docs/PERFORMANCE.md, "CUDA decode, session 8: the
- * router"). */
-static inline __device__ mv_place mv_pick_route(const mv_job &job)
-{
-    __shared__ gk_route route[GK_TAIL_MAX_USED];
-    if (threadIdx.x < GPU_WARP)
-        topk_warp(job.tail.gating, job.logits, 0, route);
-    __syncthreads();
-    const gk_route rt = route[blockIdx.y];
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-        job.tail.routes[blockIdx.y] = rt;
-    return mv_at_route(job.w[0], job.up, rt, true, true);
-}
-
-/* 64 registers, as k_matvec_q's GLU: 8 blocks an SM (72 without the
- * bound: 7). */
-template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, 8) k_matvec_glu_topk(const mv_job job)
-{
-    gpu_pdl_wait();
-    mv_row_q<T, true, 1>(job, 0, mv_pick_route(job));
-}
-
-template <int T> static int launch_glu_topk(gpuStream_t s, const mv_job *job)
-{
-    const dim3 grid((unsigned)((job->w[0].n_rows + MV_WARPS - 1) / MV_WARPS), (unsigned)job->tail.gating.n_used);
-    return gk_launch(k_matvec_glu_topk<T>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
-}
-
 /* How a launch reads its activations: the 8-bit form, staged from the
  * float row (quantised launches), or normed from the raw row (float). */
 enum mv_input { MV_PLAIN, MV_STAGE, MV_NORM };
@@ -805,46 +757,4 @@ extern "C" int gk_router_topk(gpuStream_t s, const gk_mat *w, const gk_act *x, i
         }
     }
     return mv_launch(s, &job, 1, false, norm != NULL ? MV_NORM : MV_PLAIN);
-}
-
-extern "C" int gk_router_logits(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_out *out,
-                                const gk_norm_out *norm)
-{
-    if (!gk_is_float_type(w->type) || out->accumulate)
-        return (int)gpuErrorInvalidValue;
-    mv_job job = {};
-    job.w[0] = *w;
-    job.out[0] = *out;
-    job.up = *w;
-    job.x = *x;
-    job.rows.n_tok = 1;
-    job.norm = *norm;
-    return mv_launch(s, &job, 1, false, MV_NORM);
-}
-
-extern "C" int gk_experts_glu_topk(gpuStream_t s, const gk_mat *gate, const gk_mat *up, const gk_act *x,
-                                   const float *logits, const gk_gating *gating, gk_route *routes, const gk_out *out)
-{
-    if (up->type != gate->type || up->n_rows != gate->n_rows || up->row_bytes != gate->row_bytes ||
-        gate->n_cols != x->n || gating->n_expert < 1 || gating->n_expert > GK_TAIL_MAX_EXPERTS ||
-        gating->n_used < 1 || gating->n_used > GK_TAIL_MAX_USED || gating->n_used > gating->n_expert)
-        return (int)gpuErrorInvalidValue;
-    mv_job job = {};
-    job.w[0] = *gate;
-    job.out[0] = *out;
-    job.up = *up;
-    job.x = *x;
-    job.rows.n_tok = 1;
-    job.tail.gating = *gating;
-    job.tail.routes = routes;
-    job.logits = logits;
-    switch (gate->type) {
-#define MV_GCASE_(T)                                                                                             \
-    case T:                                                                                                      \
-        return launch_glu_topk<T>(s, &job);
-        GQ_FOR_EACH_QUANT(MV_GCASE_)
-#undef MV_GCASE_
-    default:
-        return (int)gpuErrorInvalidValue;
-    }
 }

@@ -21,8 +21,6 @@
  */
 #include "gpu_arch.h"
 
-#include "../../kernels/cuda/kernels_route.h"
-
 #include "../quant.h"
 
 #include <math.h>
@@ -323,13 +321,7 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
     const gk_rows by_token = {.routes = routes, .n_routes = n_routes, .act_by_token = true};
-    if (g->routes_pending) { /* route() took experts_pick_routes: one token, routes == g->routes */
-        const gk_gating gating = gating_of(g->w);
-        const gk_out o = {.y = g->h.f, .y_stride = ff};
-        TRY(gk_experts_glu_topk(g->stream, gate, up, &xa, g->router, &gating, g->routes, &o),
-            "experts top-k + gate/up");
-        g->routes_pending = false;
-    } else if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
+    if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
         const gk_out o = {.y = g->h.f, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, up, &xa, &by_token, &o), "experts gate/up");
     } else {
@@ -427,30 +419,16 @@ static bool router_norms(const gpu_session *g, int l, int n)
     return n == 1 && g->w->layer[l].moe && router_fused(g, l, n) && embd % 32 == 0 && embd <= GK_ROUTER_NORM_MAX;
 }
 
-/* ... and whether, with that norm, the experts' gate/up launch selects the
- * routes from the logits itself (gk_experts_glu_topk): every block of the
- * router launch then only dots its expert's row, and no launch gathers
- * the logits in one block.  All-GPU layers whose gate/up is one quantised
- * GLU launch; the hybrid split reads the routes before its gate/up. */
-static bool experts_pick_routes(const gpu_session *g, int l)
-{
-    const gk_mat *gate = gw_at(&g->gw, l, W_MOE_GATE), *up = gw_at(&g->gw, l, W_MOE_UP);
-    return g->hy == NULL && glu_pair(gate, up) && reads_8bit(gate) && gpu_ffn_plain(g, l) &&
-           g->w->hp.n_expert_used <= g->w->hp.n_expert;
-}
-
 /* Router logits, then each token's experts.  With router_fused the
  * router launch's last block selects them (tail.cuh), saving the top-k
- * launch, or, with experts_pick_routes, the experts' gate/up launch does;
- * other cases take gpu_route_select.  norm (router_norms): the FFN norm's
- * gain; the launch norms x into xn itself. */
+ * launch; other cases take gpu_route_select.  norm (router_norms): the
+ * FFN norm's gain; the launch norms x into xn itself. */
 static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating, const gk_mat *norm)
 {
     const gpu_weights *gw = &g->gw;
     const arch_hparams *hp = &g->w->hp;
     const gk_mat *router = gw_at(gw, l, W_MOE_ROUTER);
     const float *bias = gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS));
-    g->routes_pending = false;
     if (!router_fused(g, l, n)) {
         TRY_ST(linear(g, router, &g->xn, 0, n, g->router, gating->n_expert, bias, false, OP_ROUTER));
         TRY_ST(gpu_route_select(g, l, gating, n)); /* biases, groups, softmax over the chosen: gpu_arch.c */
@@ -462,11 +440,7 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
     const gk_tail tail = {.counter = g->counter, .gating = *gating, .routes = g->routes};
     const gk_norm_out no = {.gain = norm != NULL ? gw_vec(norm) : NULL, .eps = hp->norm_eps, .y = g->xn.f,
                             .q = g->xn.q, .meta = g->xn.meta};
-    g->routes_pending = norm != NULL && experts_pick_routes(g, l);
-    if (g->routes_pending)
-        TRY(gk_router_logits(g->stream, router, &xa, &out, &no), "router");
-    else
-        TRY(gk_router_topk(g->stream, router, &xa, n, &out, &tail, norm != NULL ? &no : NULL), "router + top-k");
+    TRY(gk_router_topk(g->stream, router, &xa, n, &out, &tail, norm != NULL ? &no : NULL), "router + top-k");
     if (norm != NULL) {
         act_bind(&g->xn, hp->n_embd, n);
         g->xn.q_ready = true;

@@ -140,8 +140,6 @@ struct gpu_session {
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
     bool xn_normed;            /* enqueueing: xn already holds the next layer's normed input */
-    bool routes_pending;       /* enqueueing: router holds one token's logits, whose routes the experts'
-                                  gate/up launch selects (gk_experts_glu_topk) */
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */

@@ -7,7 +7,6 @@
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
-#include "gpu_check_route.h"
 #include "gpu_check_stack.h"
 
 #include "../error.h"
@@ -253,13 +252,6 @@ hydra_status gpu_check_router_topk(const gpu_router_check *c, const void *w, con
                                    int32_t *experts, float *weights)
 {
     (void)c, (void)w, (void)x, (void)logits, (void)experts, (void)weights;
-    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
-}
-
-hydra_status gpu_check_route_split(const gpu_router_check *c, uint32_t expert_type, int64_t ff, const void *w,
-                                   const float *x, const void *gate, const void *up, const gpu_route_split_out *o)
-{
-    (void)c, (void)expert_type, (void)ff, (void)w, (void)x, (void)gate, (void)up, (void)o;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
