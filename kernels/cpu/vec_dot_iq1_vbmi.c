@@ -97,8 +97,8 @@ IQ1_INLINE __m512i iq1_gather(__m256i idx)
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* One super-block's exact integer total against y. */
-IQ1_INLINE int32_t iq1s_super(const block_iq1_s *b, const block_q8_K *y)
+/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
 {
     const __m128i qh128 = _mm_loadu_si128((const __m128i *)b->qh);
     const __m512i qh = _mm512_zextsi128_si512(qh128);
@@ -125,20 +125,46 @@ IQ1_INLINE int32_t iq1s_super(const block_iq1_s *b, const block_q8_K *y)
         const __m512i w = _mm512_permutexvar_epi8(at, table);
         acc[p % 2] = _mm512_dpbusd_epi32(acc[p % 2], w, _mm512_loadu_si512(y->qs + 64 * p));
     }
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(acc[0], acc[1]));
+    return _mm512_add_epi32(acc[0], acc[1]);
+}
+
+/* The totals of two super-blocks' lanes s0 and s1, as floats (exact up to
+ * the int32 -> float rounding, the same as the other sets'): s0's in
+ * float 0 of the result, s1's in float 8.  One reduction for both. */
+IQ1_INLINE __m512 iq1_totals2(__m512i s0, __m512i s1)
+{
+    /* 128-bit lanes [s0 0 + 2, s0 1 + 3, s1 0 + 2, s1 1 + 3], then [s0, s0, s1, s1] */
+    __m512i h = _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_i64x2(s0, s1, _MM_SHUFFLE(3, 2, 3, 2)));
+    h = _mm512_add_epi32(h, _mm512_shuffle_i64x2(h, h, _MM_SHUFFLE(2, 3, 0, 1)));
+    h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, (_MM_PERM_ENUM)0x4E));
+    h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, (_MM_PERM_ENUM)0xB1));
+    return _mm512_cvtepi32_ps(h);
+}
+
+/* gemm_x86_tokens.inc's one-token float step: acc + (dw * d_a) * total. */
+IQ1_INLINE __m128 iq1_step(__m128 acc, const block_iq1_s *b, const block_q8_K *y, __m128 total)
+{
+    const float dw = _cvtsh_ss(b->d) * 0.125f;
+    return _mm_fmadd_ss(_mm_set_ss(dw * y->d), total, acc);
 }
 
 static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
 {
     const block_iq1_s *x = w;
     const block_q8_K *y = a;
+    const int64_t nb = n / QK_K;
     __m128 acc = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order */
         _mm_prefetch((const char *)(x + i) + 1024, _MM_HINT_T0); /* as vec_dot_iq_x86.inc's iq_prefetch */
-        const int32_t total = iq1s_super(x + i, y + i);
-        const float dw = _cvtsh_ss(x[i].d) * 0.125f;
-        acc = _mm_fmadd_ss(_mm_set_ss(dw * y[i].d), _mm_cvtsi32_ss(_mm_setzero_ps(), total), acc);
+        _mm_prefetch((const char *)(x + i + 1) + 1024, _MM_HINT_T0);
+        const __m512 totals = iq1_totals2(iq1s_super(x + i, y + i), iq1s_super(x + i + 1, y + i + 1));
+        acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(totals));
+        acc = iq1_step(acc, x + i + 1, y + i + 1, _mm512_extractf32x4_ps(totals, 2));
     }
+    if (i < nb)
+        acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(iq1_totals2(iq1s_super(x + i, y + i), _mm512_setzero_si512())));
     *out = _mm_cvtss_f32(acc);
 }
 
