@@ -282,13 +282,18 @@ VB_INLINE __m512i vb_chunk(const int kind, const vb_row *v, const vb_super *s, c
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), vb_magnitudes(kind, v, s, h), signed_act);
 }
 
-/* The super-block's integer total: the chunk sums packed to words (exact:
- * |lane| <= 4 * 62 * 128 < 2^15) times their sub-blocks' scales. */
-VB_INLINE int32_t vb_total(const int kind, const vb_row *v, const vb_super *s, const block_q8_K *y)
+/* The super-block's integer total, in lane 0 (and every lane): the chunk
+ * sums packed to words (exact: |lane| <= 4 * 62 * 128 < 2^15) times their
+ * sub-blocks' scales, then the 16 lanes added in vector registers. */
+VB_INLINE __m128i vb_total(const int kind, const vb_row *v, const vb_super *s, const block_q8_K *y)
 {
     const __m512i p01 = _mm512_packs_epi32(vb_chunk(kind, v, s, y, 0), vb_chunk(kind, v, s, y, 1));
     const __m512i p23 = _mm512_packs_epi32(vb_chunk(kind, v, s, y, 2), vb_chunk(kind, v, s, y, 3));
-    return _mm512_reduce_add_epi32(_mm512_dpwssd_epi32(_mm512_madd_epi16(p01, s->sc01), p23, s->sc23));
+    const __m512i t = _mm512_dpwssd_epi32(_mm512_madd_epi16(p01, s->sc01), p23, s->sc23);
+    const __m256i t8 = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
+    return _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
 }
 
 /* Lines of the next super-blocks while this one computes (as
@@ -299,26 +304,46 @@ VB_INLINE void vb_prefetch(const uint8_t *blk, size_t bytes)
         _mm_prefetch((const char *)blk + 1024 + at, _MM_HINT_T0);
 }
 
-/* One row of nb super-blocks against one Q8_K row: vec_dot_iq_x86.inc's
- * float step per super-block, in the same order. */
+/* Super-block i's float step, from its decode s (vec_dot_iq_x86.inc's
+ * one-token step: acc + (dw * d_a) * total, one fused rounding). */
+VB_INLINE __m128 vb_step(const int kind, const vb_row *v, const vb_super *s, const uint8_t *blk, const block_q8_K *y,
+                         __m128 acc)
+{
+    const __m128i total = vb_total(kind, v, s, y);
+    uint16_t d_bits;
+    memcpy(&d_bits, blk, sizeof d_bits);
+    const float dw = _cvtsh_ss(d_bits) * vb_formats[kind].d_factor;
+    return _mm_fmadd_ss(_mm_set_ss(dw * y->d), _mm_cvtepi32_ps(total), acc);
+}
+
+/* One row of nb super-blocks against one Q8_K row, the float steps in
+ * order.  Super-block i + 1 is begun (codes, signs, scales: a chain of
+ * shuffles ending in stores) before i's chunks, which read what the
+ * previous step stored: the two halves do not wait on each other, so
+ * the scheduler does not fill with one super-block's dependent chain.
+ * Two super-blocks a step keep each decode in a fixed place. */
 VB_INLINE float vb_row_dot(const int kind, int64_t nb, const uint8_t *row, const block_q8_K *y)
 {
     const vbmi_consts *c = get_consts();
-    const struct vb_format f = vb_formats[kind];
+    const size_t bb = vb_formats[kind].block_bytes;
     vb_row v;
     vb_row_begin(kind, c, &v);
     __m128 acc = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *blk = row + (size_t)i * f.block_bytes;
-        vb_prefetch(blk, f.block_bytes);
-        vb_super s;
-        vb_begin(kind, c, &v, blk, &s);
-        const __m128i total = _mm_cvtsi32_si128(vb_total(kind, &v, &s, y + i));
-        uint16_t d_bits;
-        memcpy(&d_bits, blk, sizeof d_bits);
-        const float dw = _cvtsh_ss(d_bits) * f.d_factor;
-        acc = _mm_fmadd_ss(_mm_set_ss(dw * y[i].d), _mm_cvtepi32_ps(total), acc);
+    vb_super even, odd;
+    int64_t i = 0;
+    if (nb > 0)
+        vb_begin(kind, c, &v, row, &even);
+    for (; i + 1 < nb; i += 2) {
+        const uint8_t *blk = row + (size_t)i * bb;
+        vb_prefetch(blk, 2 * bb);
+        vb_begin(kind, c, &v, blk + bb, &odd);
+        acc = vb_step(kind, &v, &even, blk, y + i, acc);
+        if (i + 2 < nb)
+            vb_begin(kind, c, &v, blk + 2 * bb, &even);
+        acc = vb_step(kind, &v, &odd, blk + bb, y + i + 1, acc);
     }
+    if (i < nb)
+        acc = vb_step(kind, &v, &even, row + (size_t)i * bb, y + i, acc);
     return _mm_cvtss_f32(acc);
 }
 
