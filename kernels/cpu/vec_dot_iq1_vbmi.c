@@ -141,15 +141,24 @@ IQ1_INLINE void iq1_points(const iq1_consts *c, __m512i codes, __m512i *pair)
     pair[1] = _mm512_unpackhi_epi64(low, high);
 }
 
-/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
-IQ1_INLINE __m512i iq1s_super(const iq1_consts *c, const block_iq1_s *b, const block_q8_K *y)
+/* A super-block's gathered codes (two vectors of 16), the long-latency
+ * part, begun a step before they are used (iq1s_dot). */
+IQ1_INLINE void iq1s_begin(const iq1_consts *c, const block_iq1_s *b, __m512i *codes)
+{
+    const __m512i qh = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)b->qh));
+    const __m512i qs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)b->qs));
+    codes[0] = iq1_gather(c, iq1_indices(c, qs, qh, 0));
+    codes[1] = iq1_gather(c, iq1_indices(c, qs, qh, 1));
+}
+
+/* One super-block against y from its codes: 16 int32 lanes whose sum is
+ * its exact integer total. */
+IQ1_INLINE __m512i iq1s_super(const iq1_consts *c, const block_iq1_s *b, const block_q8_K *y, const __m512i *codes)
 {
     const __m128i qh128 = _mm_loadu_si128((const __m128i *)b->qh);
-    const __m512i qh = _mm512_zextsi128_si512(qh128);
-    const __m512i qs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)b->qs));
     __m512i g[4];
-    iq1_points(c, iq1_gather(c, iq1_indices(c, qs, qh, 0)), g);
-    iq1_points(c, iq1_gather(c, iq1_indices(c, qs, qh, 1)), g + 2);
+    iq1_points(c, codes[0], g);
+    iq1_points(c, codes[1], g + 2);
     /* word 2s and 2s + 1: 8 (2l + 1) = (qh >> 8 & 0x70) | 8, l = qh bits 12..14 */
     const __m256i qd = _mm256_permutexvar_epi16(_mm256_load_si256((const __m256i *)c->qh_pairs),
                                                 _mm256_castsi128_si256(qh128));
@@ -202,16 +211,31 @@ static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
     const iq1_consts *c = get_consts();
     const int64_t nb = n / QK_K;
     __m128 acc = _mm_setzero_ps();
+    __m512i codes[4], next[4]; /* super-blocks i, i + 1 and i + 2, i + 3 */
     int64_t i = 0;
-    for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order */
+    if (nb >= 2) {
+        iq1s_begin(c, x, codes);
+        iq1s_begin(c, x + 1, codes + 2);
+    }
+    for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order; the next two begun first */
         _mm_prefetch((const char *)(x + i) + 1024, _MM_HINT_T0); /* as vec_dot_iq_x86.inc's iq_prefetch */
         _mm_prefetch((const char *)(x + i + 1) + 1024, _MM_HINT_T0);
-        const __m512 totals = iq1_totals2(iq1s_super(c, x + i, y + i), iq1s_super(c, x + i + 1, y + i + 1));
+        if (i + 3 < nb) {
+            iq1s_begin(c, x + i + 2, next);
+            iq1s_begin(c, x + i + 3, next + 2);
+        }
+        const __m512 totals = iq1_totals2(iq1s_super(c, x + i, y + i, codes), iq1s_super(c, x + i + 1, y + i + 1, codes + 2));
         acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(totals));
         acc = iq1_step(acc, x + i + 1, y + i + 1, _mm512_extractf32x4_ps(totals, 2));
+        if (i + 3 < nb)
+            for (int k = 0; k < 4; k++)
+                codes[k] = next[k];
     }
-    if (i < nb)
-        acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(iq1_totals2(iq1s_super(c, x + i, y + i), _mm512_setzero_si512())));
+    if (i < nb) {
+        iq1s_begin(c, x + i, codes);
+        acc = iq1_step(acc, x + i, y + i,
+                       _mm512_castps512_ps128(iq1_totals2(iq1s_super(c, x + i, y + i, codes), _mm512_setzero_si512())));
+    }
     *out = _mm_cvtss_f32(acc);
 }
 
