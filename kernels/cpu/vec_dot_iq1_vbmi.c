@@ -35,136 +35,82 @@
 #include "iq_grids.h"
 
 #include <immintrin.h>
-#include <pthread.h>
-
-/* ---- the code table and controls, built once (plain C, before the target pragma) ---- */
-
-/* Gather lane l of half h (entries 16h .. 16h + 15) takes entry 16h + e(l):
- * the order that makes the two vpmultishiftqb of the gathered dwords
- * (the low dword of each qword, the high one) and vpunpck[lh]qdq give the
- * entries in order (iq1_points). */
-static int lane_entry(int l)
-{
-    return (l % 4 >= 2 ? 8 : 0) + 2 * (l / 4) + l % 2;
-}
-
-typedef struct iq1_consts {
-    /* point i: g + 1 as 8 2-bit codes, value m at bits 2m; one more entry
-     * for the upper half of the last point's dword */
-    _Alignas(64) uint16_t codes[2048 + 2];
-    _Alignas(64) uint8_t qs_byte[2][64];   /* half h: byte 4l <- qs byte of lane l's entry */
-    _Alignas(64) uint16_t qh_word[2][32];  /* half h: word 2l + 1 <- qh word of lane l's sub-block */
-    _Alignas(64) uint32_t qh_shift[16];    /* lane l: puts its index's 3 high bits (qh bits 3k.., at 16 + 3k) at 8..10 */
-    _Alignas(64) uint8_t code_bits[2][64]; /* byte m of a qword <- bits 2m (low dword) or 32 + 2m (high dword) */
-    _Alignas(64) uint8_t scale_spread[64]; /* T byte 4s + c <- byte 4s (the low byte of word 2s) */
-    _Alignas(64) uint8_t sub_block[4][64]; /* pair p's byte v: 4 (2p + v / 32), the sub-block part of vpermb's index */
-    _Alignas(32) uint16_t qh_pairs[16];    /* word i <- qh word i / 2: a sub-block's qh beside its two block sums */
-} iq1_consts;
-
-static iq1_consts consts;
-static pthread_once_t consts_once = PTHREAD_ONCE_INIT;
-
-static void build_consts(void)
-{
-    iq1_consts *c = &consts;
-    for (int i = 0; i < 2048; i++) {
-        unsigned code = 0;
-        for (int m = 0; m < 8; m++)
-            code |= (unsigned)(iq1s_grid_p1[i] >> (8 * m) & 3) << (2 * m);
-        c->codes[i] = (uint16_t)code;
-    }
-    for (int h = 0; h < 2; h++)
-        for (int l = 0; l < 16; l++) {
-            const int entry = 16 * h + lane_entry(l);
-            c->qs_byte[h][4 * l] = (uint8_t)entry;
-            c->qh_word[h][2 * l + 1] = (uint16_t)(entry / 4);
-            c->qh_shift[l] = (uint32_t)(8 + 3 * (entry % 4));
-        }
-    for (int v = 0; v < 64; v++) {
-        c->code_bits[0][v] = (uint8_t)(2 * (v % 8));
-        c->code_bits[1][v] = (uint8_t)(32 + 2 * (v % 8));
-        c->scale_spread[v] = (uint8_t)(v < 32 ? 4 * (v / 4) : 0);
-        for (int p = 0; p < 4; p++)
-            c->sub_block[p][v] = (uint8_t)(4 * (2 * p + v / 32));
-    }
-    for (int i = 0; i < 16; i++)
-        c->qh_pairs[i] = (uint16_t)(i / 2);
-}
-
-static const iq1_consts *get_consts(void)
-{
-    pthread_once(&consts_once, build_consts);
-    return &consts;
-}
-
-/* ---- the kernel -------------------------------------------------------------- */
 
 X86_TARGET_BEGIN(X86_SET_AVX512VBMI)
 
 #define IQ1_INLINE static inline __attribute__((always_inline))
 
+/* The loop-invariant controls, 64-byte aligned so each is one load. */
+static const struct iq1_controls {
+    /* half h's dword lane l = entry 16h + l: qh word 4h + l/4 into the
+     * high word of the lane (vpermw, even words zeroed by the mask) */
+    _Alignas(64) uint16_t qh_word[2][32];
+    /* the variable shift that puts index l % 4's 3 bits (qh bits 3k..3k+2,
+     * at 16 + 3k) at bits 8..10 */
+    _Alignas(64) uint32_t qh_shift[16];
+    /* word i <- qh word i / 2: each sub-block's qh in the two words of its
+     * block-sum pair */
+    _Alignas(32) uint16_t qh_pairs[16];
+    /* T byte 4s + c <- byte 4s (the low byte of word 2s) */
+    _Alignas(64) uint8_t scale_spread[64];
+    /* pair p's byte v: 4 * (2p + v / 32), the sub-block part of vpermb's index */
+    _Alignas(64) uint8_t sub_block[4][64];
+} iq1_ctl = {
+#define IQ1_W4(h, q) 0, 4 * (h) + (q), 0, 4 * (h) + (q), 0, 4 * (h) + (q), 0, 4 * (h) + (q)
+    .qh_word = {{IQ1_W4(0, 0), IQ1_W4(0, 1), IQ1_W4(0, 2), IQ1_W4(0, 3)},
+                {IQ1_W4(1, 0), IQ1_W4(1, 1), IQ1_W4(1, 2), IQ1_W4(1, 3)}},
+#undef IQ1_W4
+    .qh_shift = {8, 11, 14, 17, 8, 11, 14, 17, 8, 11, 14, 17, 8, 11, 14, 17},
+    .qh_pairs = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7},
+#define IQ1_S4(s) 4 * (s), 4 * (s), 4 * (s), 4 * (s)
+    .scale_spread = {IQ1_S4(0), IQ1_S4(1), IQ1_S4(2), IQ1_S4(3), IQ1_S4(4), IQ1_S4(5), IQ1_S4(6), IQ1_S4(7)},
+#define IQ1_S32(s) IQ1_S4(s), IQ1_S4(s), IQ1_S4(s), IQ1_S4(s), IQ1_S4(s), IQ1_S4(s), IQ1_S4(s), IQ1_S4(s)
+    .sub_block = {{IQ1_S32(0), IQ1_S32(1)}, {IQ1_S32(2), IQ1_S32(3)}, {IQ1_S32(4), IQ1_S32(5)}, {IQ1_S32(6), IQ1_S32(7)}},
+#undef IQ1_S32
+#undef IQ1_S4
+};
+
 /* T's bytes with c = 1 or 2 (the others are 0), and those with c = 2. */
 #define IQ1_C12 0x6666666666666666ull
 #define IQ1_C2 0x4444444444444444ull
 
-/* Half h's 16 grid indices (lane l: entry 16h + lane_entry(l)). */
-IQ1_INLINE __m512i iq1_indices(const iq1_consts *c, __m512i qs, __m512i qh, int h)
+/* Half h's 16 grid indices (dword lane l: entry 16h + l, sub-block 4h + l / 4). */
+IQ1_INLINE __m512i iq1_indices(const block_iq1_s *b, __m512i qh, int h)
 {
-    const __m512i low = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(c->qs_byte[h]), qs);
-    const __m512i high = _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, _mm512_load_si512(c->qh_word[h]), qh);
-    const __m512i at8 = _mm512_srlv_epi32(high, _mm512_load_si512(c->qh_shift));
+    const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * h)));
+    const __m512i high = _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, _mm512_load_si512(iq1_ctl.qh_word[h]), qh);
+    const __m512i at8 = _mm512_srlv_epi32(high, _mm512_load_si512(iq1_ctl.qh_shift));
     return _mm512_ternarylogic_epi32(low, at8, _mm512_set1_epi32(0x700), 0xF8); /* low | (at8 & 0x700) */
 }
 
-/* The codes of 16 indices, one a dword lane (its low 16 bits).  A gather
- * merges into its destination, so the destination is an input; with a
- * full mask GCC takes any register for it, one that the previous
- * super-block's lookups wrote, which chains every super-block's gathers to
- * the one before.  A fresh zero and the full mask, both hidden from the
- * compiler here, make it zero the destination each time. */
-IQ1_INLINE __m512i iq1_gather(const iq1_consts *c, __m512i idx)
+/* Grid points g + 1 of 8 indices: 64 bytes.  A gather merges into its
+ * destination, so the destination is an input; with a full mask GCC takes
+ * any register for it, one that the previous super-block's lookups wrote,
+ * which chains every super-block's gathers to the one before.  A fresh zero
+ * and the full mask, both hidden from the compiler here, make it zero the
+ * destination each time. */
+IQ1_INLINE __m512i iq1_gather(__m256i idx)
 {
     __m512i zero = _mm512_setzero_si512();
-    __mmask16 all = 0xFFFF;
+    __mmask8 all = 0xFF;
     __asm__ volatile("" : "+v"(zero), "+k"(all));
-    return _mm512_mask_i32gather_epi32(zero, all, idx, (const void *)c->codes, 2);
+    return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* Half h's 128 values g + 1 (pairs 2h and 2h + 1, 64 bytes each) from its
- * gathered codes: each qword's two codes spread to bytes (code bits in
- * bits 0..1, the next codes above), then the qwords interleaved. */
-IQ1_INLINE void iq1_points(const iq1_consts *c, __m512i codes, __m512i *pair)
-{
-    const __m512i low = _mm512_multishift_epi64_epi8(_mm512_load_si512(c->code_bits[0]), codes);
-    const __m512i high = _mm512_multishift_epi64_epi8(_mm512_load_si512(c->code_bits[1]), codes);
-    pair[0] = _mm512_unpacklo_epi64(low, high);
-    pair[1] = _mm512_unpackhi_epi64(low, high);
-}
-
-/* A super-block's gathered codes (two vectors of 16), the long-latency
- * part, begun a step before they are used (iq1s_dot). */
-IQ1_INLINE void iq1s_begin(const iq1_consts *c, const block_iq1_s *b, __m512i *codes)
-{
-    const __m512i qh = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)b->qh));
-    const __m512i qs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)b->qs));
-    codes[0] = iq1_gather(c, iq1_indices(c, qs, qh, 0));
-    codes[1] = iq1_gather(c, iq1_indices(c, qs, qh, 1));
-}
-
-/* One super-block against y from its codes: 16 int32 lanes whose sum is
- * its exact integer total. */
-IQ1_INLINE __m512i iq1s_super(const iq1_consts *c, const block_iq1_s *b, const block_q8_K *y, const __m512i *codes)
+/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
 {
     const __m128i qh128 = _mm_loadu_si128((const __m128i *)b->qh);
-    __m512i g[4];
-    iq1_points(c, codes[0], g);
-    iq1_points(c, codes[1], g + 2);
+    const __m512i qh = _mm512_zextsi128_si512(qh128);
+    const __m512i idx0 = iq1_indices(b, qh, 0), idx1 = iq1_indices(b, qh, 1);
+    const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
+                          iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
     /* word 2s and 2s + 1: 8 (2l + 1) = (qh >> 8 & 0x70) | 8, l = qh bits 12..14 */
-    const __m256i qd = _mm256_permutexvar_epi16(_mm256_load_si256((const __m256i *)c->qh_pairs),
+    const __m256i qd = _mm256_permutexvar_epi16(_mm256_load_si256((const __m256i *)iq1_ctl.qh_pairs),
                                                 _mm256_castsi128_si256(qh128));
     const __m256i sc8 = _mm256_ternarylogic_epi32(_mm256_srli_epi16(qd, 8), _mm256_set1_epi16(0x70),
                                                   _mm256_set1_epi16(8), 0xEA); /* (a & b) | c */
-    const __m512i t1 = _mm512_maskz_permutexvar_epi8(IQ1_C12, _mm512_load_si512(c->scale_spread),
+    const __m512i t1 = _mm512_maskz_permutexvar_epi8(IQ1_C12, _mm512_load_si512(iq1_ctl.scale_spread),
                                                      _mm512_castsi256_si512(sc8));
     const __m512i table = _mm512_mask_add_epi8(t1, IQ1_C2, t1, t1);
     /* (delta - 8) * (2l + 1) per word: delta * sc - 8 sc, delta = -1 where qh bit 15 is set */
@@ -175,8 +121,7 @@ IQ1_INLINE __m512i iq1s_super(const iq1_consts *c, const block_iq1_s *b, const b
                       _mm512_zextsi256_si512(_mm256_madd_epi16(bsum_factor, _mm256_loadu_si256((const __m256i *)y->bsums)))};
     _Pragma("GCC unroll 4")
     for (int p = 0; p < 4; p++) {
-        const __m512i at = _mm512_ternarylogic_epi32(g[p], _mm512_set1_epi8(3), _mm512_load_si512(c->sub_block[p]),
-                                                     0xEA); /* (g & 3) | sub-block */
+        const __m512i at = _mm512_or_si512(g[p], _mm512_load_si512(iq1_ctl.sub_block[p]));
         const __m512i w = _mm512_permutexvar_epi8(at, table);
         acc[p % 2] = _mm512_dpbusd_epi32(acc[p % 2], w, _mm512_loadu_si512(y->qs + 64 * p));
     }
@@ -208,34 +153,18 @@ static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
 {
     const block_iq1_s *x = w;
     const block_q8_K *y = a;
-    const iq1_consts *c = get_consts();
     const int64_t nb = n / QK_K;
     __m128 acc = _mm_setzero_ps();
-    __m512i codes[4], next[4]; /* super-blocks i, i + 1 and i + 2, i + 3 */
     int64_t i = 0;
-    if (nb >= 2) {
-        iq1s_begin(c, x, codes);
-        iq1s_begin(c, x + 1, codes + 2);
-    }
-    for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order; the next two begun first */
+    for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order */
         _mm_prefetch((const char *)(x + i) + 1024, _MM_HINT_T0); /* as vec_dot_iq_x86.inc's iq_prefetch */
         _mm_prefetch((const char *)(x + i + 1) + 1024, _MM_HINT_T0);
-        if (i + 3 < nb) {
-            iq1s_begin(c, x + i + 2, next);
-            iq1s_begin(c, x + i + 3, next + 2);
-        }
-        const __m512 totals = iq1_totals2(iq1s_super(c, x + i, y + i, codes), iq1s_super(c, x + i + 1, y + i + 1, codes + 2));
+        const __m512 totals = iq1_totals2(iq1s_super(x + i, y + i), iq1s_super(x + i + 1, y + i + 1));
         acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(totals));
         acc = iq1_step(acc, x + i + 1, y + i + 1, _mm512_extractf32x4_ps(totals, 2));
-        if (i + 3 < nb)
-            for (int k = 0; k < 4; k++)
-                codes[k] = next[k];
     }
-    if (i < nb) {
-        iq1s_begin(c, x + i, codes);
-        acc = iq1_step(acc, x + i, y + i,
-                       _mm512_castps512_ps128(iq1_totals2(iq1s_super(c, x + i, y + i, codes), _mm512_setzero_si512())));
-    }
+    if (i < nb)
+        acc = iq1_step(acc, x + i, y + i, _mm512_castps512_ps128(iq1_totals2(iq1s_super(x + i, y + i), _mm512_setzero_si512())));
     *out = _mm_cvtss_f32(acc);
 }
 
