@@ -1,9 +1,12 @@
 /*
  * vec_dot_iq1_vbmi.c — IQ1_S against Q8_K for AVX-512 VBMI (Ice Lake,
  * Sapphire Rapids and later), over 512-bit registers: the one-token GEMV
- * (vec_dot) of the 1.6-bit experts, which the AVX-512 set's 256-bit code
- * (vec_dot_iq_x86.inc) runs at about 40 cycles a super-block, bound by
- * its 85 loads (32 index loads, 32 grid loads, the rest).
+ * (vec_dot) of the 1.6-bit experts.  The AVX-512 set's 256-bit code
+ * (vec_dot_iq_x86.inc) takes about 175 instructions a super-block, 85 of
+ * them loads (an index load and a grid load per 8 values); this loop takes
+ * about 72, 32 of its loads inside four gathers.  On the lent Xeon host:
+ * 1.34x with all 32 threads, 1.14-1.31x on one (docs/PERFORMANCE.md,
+ * "IQ kernels, session 8: IQ1_S").
  *
  * Per super-block (256 values, 50 bytes):
  *   - the 32 11-bit grid indices in two vectors of 16 dwords (the low
