@@ -2,9 +2,10 @@
  * vec_dot_iq1_vbmi.c — IQ1_S against Q8_K for AVX-512 VBMI (Ice Lake,
  * Sapphire Rapids and later), over 512-bit registers: the one-token GEMV
  * (vec_dot) of the 1.6-bit experts.  The AVX-512 set's 256-bit code
- * (vec_dot_iq_x86.inc) takes about 175 instructions a super-block, 85 of
- * them loads (an index load and a grid load per 8 values); this loop takes
- * about 72, 32 of its loads inside four gathers.  On the lent Xeon host:
+ * (vec_dot_iq_x86.inc) takes about 175 instructions a super-block, about
+ * 95 of them with a memory operand (an index load and a grid load per 8
+ * values); this loop takes about 72, with 32 loads inside four gathers
+ * (objdump of both loops).  On the lent Xeon host:
  * 1.34x with all 32 threads, 1.14-1.31x on one (docs/PERFORMANCE.md,
  * "IQ kernels, session 8: IQ1_S").
  *
