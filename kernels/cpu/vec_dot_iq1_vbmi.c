@@ -6,7 +6,7 @@
  * 95 of them with a memory operand (an index load and a grid load per 8
  * values); this loop takes about 72, with 32 loads inside four gathers
  * (objdump of both loops).  On the lent Xeon host:
- * 1.34x with all 32 threads, 1.14-1.31x on one (docs/PERFORMANCE.md,
+ * 1.22-1.37x with all 32 threads, 1.14-1.31x on one (docs/PERFORMANCE.md,
  * "IQ kernels, session 8: IQ1_S").
  *
  * Per super-block (256 values, 50 bytes):
