@@ -2,7 +2,8 @@
  * cpu_features.c — CPUID and XGETBV decoding (cpu_features.h).  Bit
  * positions are Intel SDM vol. 2A, CPUID: leaf 1 ECX (FMA 12, OSXSAVE 27,
  * AVX 28, F16C 29); leaf 7 subleaf 0 EBX (AVX2 5, AVX512F 16, AVX512BW 30,
- * AVX512VL 31), ECX (AVX512_VNNI 11); leaf 7 subleaf 1 EAX (AVX_VNNI 4).
+ * AVX512VL 31), ECX (AVX512_VBMI 1, GFNI 8, AVX512_VNNI 11); leaf 7 subleaf
+ * 1 EAX (AVX_VNNI 4).
  * XCR0: bits 1-2 SSE/AVX state, bits 5-7 opmask and ZMM state.
  */
 #include "cpu_features.h"
@@ -52,6 +53,8 @@ static void detect(cpu_features *f)
     f->avx512bw = zmm_saved && bit(b, 30);
     f->avx512vl = zmm_saved && bit(b, 31);
     f->avx512vnni = zmm_saved && bit(c, 11);
+    f->avx512vbmi = zmm_saved && bit(c, 1);
+    f->gfni = bit(c, 8);
     if (a >= 1) { /* leaf 7 reports its last subleaf in EAX */
         uint32_t a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
@@ -96,7 +99,8 @@ const char *cpu_features_describe(const cpu_features *f, char *buf, int size)
         {"avx2", offsetof(cpu_features, avx2)},         {"fma", offsetof(cpu_features, fma)},
         {"f16c", offsetof(cpu_features, f16c)},         {"avx512f", offsetof(cpu_features, avx512f)},
         {"avx512bw", offsetof(cpu_features, avx512bw)}, {"avx512vl", offsetof(cpu_features, avx512vl)},
-        {"avx512vnni", offsetof(cpu_features, avx512vnni)}, {"avxvnni", offsetof(cpu_features, avx_vnni)},
+        {"avx512vnni", offsetof(cpu_features, avx512vnni)}, {"avx512vbmi", offsetof(cpu_features, avx512vbmi)},
+        {"gfni", offsetof(cpu_features, gfni)},         {"avxvnni", offsetof(cpu_features, avx_vnni)},
         {"neon", offsetof(cpu_features, neon)},         {"dotprod", offsetof(cpu_features, dotprod)},
     };
     int used = 0;
@@ -125,4 +129,9 @@ bool cpu_has_avxvnni_set(const cpu_features *f)
 bool cpu_has_avx512_set(const cpu_features *f)
 {
     return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && cpu_has_avx2_set(f);
+}
+
+bool cpu_has_avx512vbmi_set(const cpu_features *f)
+{
+    return f->avx512vbmi && f->gfni && cpu_has_avx512_set(f);
 }

@@ -16,6 +16,8 @@ const simd_kernels *const simd_kernel_sets[] = {
     &simd_avxvnni,
     &simd_avx512,
     &simd_iq_avx512,
+    &simd_iq_avx512vbmi,
+    &simd_iq1_avx512vbmi,
 #elif defined(__aarch64__)
     &simd_neon,
 #endif

@@ -11,6 +11,8 @@
 #if defined(__x86_64__)
 extern const simd_kernels simd_iq_avx2;   /* vec_dot_iq_avx2.c: AVX2 + FMA + F16C */
 extern const simd_kernels simd_iq_avx512; /* vec_dot_iq_avx512.c: + AVX-512 F, BW, VL */
+extern const simd_kernels simd_iq_avx512vbmi; /* vec_dot_iq_vbmi.c: + AVX-512 VBMI, GFNI, 512-bit */
+extern const simd_kernels simd_iq1_avx512vbmi; /* vec_dot_iq1_vbmi.c: IQ1_S, same tier */
 #endif
 
 #endif

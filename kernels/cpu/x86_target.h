@@ -13,6 +13,7 @@
 #define X86_SET_AVX2 "avx2,fma,f16c"
 #define X86_SET_AVXVNNI "avxvnni,avx2,fma,f16c"
 #define X86_SET_AVX512 "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+#define X86_SET_AVX512VBMI "avx512vbmi,gfni," X86_SET_AVX512
 
 /* The set argument is expanded before X86_PRAGMA turns it into the
  * pragma's text (C11 6.10.3.1: # does not expand, a plain argument does). */
