@@ -7,6 +7,7 @@
 #include "gpu_check_ops.h"
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
+#include "gpu_check_glu.h"
 #include "gpu_check_stack.h"
 
 #include "../error.h"
@@ -259,6 +260,13 @@ hydra_status gpu_check_matvec_staged(uint32_t type, const void *w, int64_t n_row
                                      float *y)
 {
     (void)type, (void)w, (void)n_rows, (void)n_cols, (void)x, (void)y;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_glu_pair(const gpu_glu_pair_check *c, const void *gate, const void *up, const float *x,
+                                float *h_glu, float *h_ref)
+{
+    (void)c, (void)gate, (void)up, (void)x, (void)h_glu, (void)h_ref;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 
