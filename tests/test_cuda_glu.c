@@ -2,8 +2,10 @@
  * GPU parity of the decode gate/up launch (one launch: silu(gate . x) *
  * (up . x) over routes) against its unfused definition on the same device
  * data: a gate launch, an up launch and the SwiGLU activation launch, bit
- * for bit.  Q4_K has its own one-token GLU kernel (matvec.cu, k_matvec_glu);
- * the other types run k_matvec_q's GLU instance.  Skips without a device.
+ * for bit (matvec.cu: both run mv_row_q's per-chunk terms in one order,
+ * and mv_store's silu(g) * u is ops.cu's).  Q4_K as the experts of Q4_K_M
+ * files, Q6_K (two scales a chunk) and Q8_0 (2-byte aligned blocks).
+ * Skips without a device.
  */
 #include "gpu/gpu.h"
 #include "gpu/gpu_check_glu.h"

@@ -189,141 +189,6 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job jo
     mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job));
 }
 
-/* The one-token GLU launch on Q4_K (the experts' gate/up of Q4_K_M files;
- * docs/PERFORMANCE.md, "CUDA decode, session 8: gate/up in one wave").
- * Chunks j and j + 1 of a Q4_K block are the low and high nibbles of the
- * same 32 bytes, and lanes 2i and 2i + 1 hold such a pair (lane l takes
- * chunks l and l + 32 as in mv_row_q, and 8 chunks make a block).  So each
- * lane of a pair loads half of the 32 bytes and the pair swaps the nibbles
- * the other needs; the block's 16-byte header (d, dmin, scales) is loaded
- * a word a lane and passed round the block's 8 lanes.  A chunk's loads
- * then hold 5 registers in flight instead of ~13, and each warp takes
- * MVG_ROWS row pairs.  The decoded chunk, the dot and the order of the sums
- * are mv_row_q's, so the bits are the same. */
-struct mvg_half {
-    int32_t qs[4]; /* words 4 (c % 2) .. +3 of chunk c's 32 bytes of nibbles */
-    int32_t hw;    /* word lane % 4 of the block's header */
-};
-
-static inline __device__ void mvg_load(const uint8_t *row, int c, mvg_half *h)
-{
-    const uint8_t *b = row + (size_t)(c / 8) * 144;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        h->qs[k] = gq_ld32<4>(b + 16 + 16 * (c % 8) + 4 * k);
-    h->hw = gq_ld32<4>(b + 4 * (threadIdx.x % 4));
-}
-
-/* The whole warp calls this (shuffles); gq_decode<GQ_Q4_K>'s values. */
-static inline __device__ void mvg_finish(const mvg_half &h, int c, gq_chunk *o)
-{
-    const int j = c % 8, odd = j % 2, byte = 8 * (j % 4);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int32_t mine = (h.qs[k] >> 4 * odd) & 0x0F0F0F0F, theirs = (h.qs[k] >> (4 - 4 * odd)) & 0x0F0F0F0F;
-        const int32_t got = gpu_shfl_xor(theirs, 1);
-        o->q[k] = odd ? got : mine;
-        o->q[k + 4] = odd ? mine : got;
-    }
-    const int first = threadIdx.x % GPU_WARP & ~7;
-    const uint32_t dm = (uint32_t)gpu_shfl(h.hw, first);
-    /* byte j % 4 of the scales' words: gq_k4_scale_min's sc[j], sc[j + 4] (j < 4) or
-     * sc[j - 4], sc[j], sc[j + 4] (j >= 4), without an indexed (local) array */
-    const int b0 = (gpu_shfl(h.hw, first + 1) >> byte) & 0xFF, b1 = (gpu_shfl(h.hw, first + 2) >> byte) & 0xFF;
-    const int b2 = (gpu_shfl(h.hw, first + 3) >> byte) & 0xFF;
-    const int s = j < 4 ? b0 & 63 : (b2 & 0xF) | ((b0 >> 6) << 4);
-    const int m = j < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-    gq_single(o, gpu_half_bits_to_float((unsigned short)(dm & 0xFFFF)) * (float)s,
-              -(gpu_half_bits_to_float((unsigned short)(dm >> 16)) * (float)m));
-}
-
-/* STAGE: the block copies the token's 8-bit row and its meta into shared
- * memory (after its warps' first weight loads are issued), so the
- * activations take no registers while the weights are in flight. */
-template <int NR, bool STAGE> static __device__ __forceinline__ void mvg_rows(const mv_job &job)
-{
-    extern __shared__ int4 mvg_stage[];
-    const gk_mat &w = job.w[0], &w2 = job.up;
-    const gk_act &x = job.x;
-    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + threadIdx.x / GPU_WARP) * NR;
-    if (!STAGE && r0 >= w.n_rows)
-        return;
-    const int lane = threadIdx.x % GPU_WARP;
-    const mv_place p = mv_where(w, w2, job.rows, true);
-    const int n_chunks = (int)(w.n_cols / 32);
-    const uint8_t *row[NR], *row2[NR];
-    float acc[NR], acc2[NR];
-#pragma unroll
-    for (int i = 0; i < NR; i++) {
-        const int64_t r = r0 + i < w.n_rows ? r0 + i : 0;
-        row[i] = p.w + r * w.row_bytes;
-        row2[i] = p.w2 + r * w2.row_bytes;
-        acc[i] = acc2[i] = 0.0f;
-    }
-    const int4 *xq = STAGE ? mvg_stage : (const int4 *)(x.q + p.act0 * x.n);
-    const int4 *xm = STAGE ? mvg_stage + x.n / 16 : (const int4 *)x.meta + p.act0 * (x.n / 32);
-    /* Whole-warp steps (the shuffles); n_chunks % 8 == 0, so both lanes of
-     * a pair are live or neither.  A dead lane loads block 0 and adds nothing. */
-    for (int c0 = 0; c0 < n_chunks; c0 += 2 * GPU_WARP) {
-        const int c = c0 + lane;
-        const bool live = c < n_chunks, two = c + GPU_WARP < n_chunks;
-        const int c1 = live ? c : lane % 8, c2 = two ? c + GPU_WARP : c1;
-        mvg_half h[NR][4];
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            mvg_load(row[i], c1, &h[i][0]);
-            mvg_load(row[i], c2, &h[i][1]);
-            mvg_load(row2[i], c1, &h[i][2]);
-            mvg_load(row2[i], c2, &h[i][3]);
-        }
-        if (STAGE && c0 == 0) {
-            const int4 *src_q = (const int4 *)(x.q + p.act0 * x.n), *src_m = (const int4 *)x.meta + p.act0 * (x.n / 32);
-            for (int k = threadIdx.x; k < x.n / 16 + x.n / 32; k += blockDim.x)
-                mvg_stage[k] = k < x.n / 16 ? src_q[k] : src_m[k - x.n / 16];
-            __syncthreads();
-        }
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int cu = u == 0 ? c1 : c2;
-            const int4 a0 = xq[2 * cu], a1 = xq[2 * cu + 1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = xm[cu];
-            const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
-#pragma unroll
-            for (int i = 0; i < NR; i++) {
-                gq_chunk cg, cp;
-                mvg_finish(h[i][u], cu, &cg);
-                mvg_finish(h[i][2 + u], cu, &cp);
-                if (live) {
-                    acc[i] += d * gq_chunk_dot<GQ_Q4_K>(&cg, a, m.y, m.z);
-                    acc2[i] += d * gq_chunk_dot<GQ_Q4_K>(&cp, a, m.y, m.z);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < NR; i++)
-        if (r0 + i < w.n_rows)
-            mv_store<1>(job.out[0], p, r0 + i, &acc[i], &acc2[i], true);
-}
-
-template <int NR, int MINB, bool STAGE>
-__global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MINB) k_matvec_glu_q4k(const mv_job job)
-{
-    gpu_pdl_wait();
-    if (mv_skipped(job.rows))
-        return;
-    mvg_rows<NR, STAGE>(job);
-}
-
-template <int T> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, 12) k_matvec_glu_lb(const mv_job job)
-{
-    gpu_pdl_wait();
-    if (mv_skipped(job.rows))
-        return;
-    mv_row_q<T, true, 1>(job, 0);
-}
-
 /* Dense one-token launches whose last matrix has another type (Q4_K_M's
  * and Q5_K_M's attn_v is Q6_K where Q and K are not): that matrix's grid
  * row decodes with its own type, so Q, K and V still take one launch.
@@ -730,34 +595,6 @@ template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const 
     return gk_launch(k_matvec_q<T, false, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
 }
 
-/* EXPERIMENT (session 8, H5): HYDRA_H5_GLU picks the gate/up form. */
-static int h5_variant(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("HYDRA_H5_GLU");
-        v = e != NULL ? atoi(e) : 0;
-    }
-    return v;
-}
-
-static int launch_glu_q4k(gpuStream_t s, dim3 grid, const mv_job *job)
-{
-    const int v = h5_variant();
-    const int64_t n = job->w[0].n_rows;
-    const size_t smem = (size_t)job->x.n + (size_t)job->x.n / 32 * sizeof(int4);
-    const dim3 g1((unsigned)((n + MV_WARPS - 1) / MV_WARPS), grid.y), g2((unsigned)((n + 2 * MV_WARPS - 1) / (2 * MV_WARPS)), grid.y);
-    switch (v) {
-    case 1: return gk_launch(k_matvec_glu_lb<GQ_Q4_K>, g1, MV_WARPS * GPU_WARP, 0, s, *job);
-    case 2: return gk_launch(k_matvec_glu_q4k<1, 12, false>, g1, MV_WARPS * GPU_WARP, 0, s, *job);
-    case 3: return gk_launch(k_matvec_glu_q4k<1, 1, false>, g1, MV_WARPS * GPU_WARP, 0, s, *job);
-    case 4: return gk_launch(k_matvec_glu_q4k<2, 6, false>, g2, MV_WARPS * GPU_WARP, 0, s, *job);
-    case 5: return gk_launch(k_matvec_glu_q4k<1, 12, true>, g1, MV_WARPS * GPU_WARP, smem, s, *job);
-    case 6: return gk_launch(k_matvec_glu_q4k<2, 6, true>, g2, MV_WARPS * GPU_WARP, smem, s, *job);
-    default: return gk_launch(k_matvec_q<GQ_Q4_K, true, 1>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
-    }
-}
-
 template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu, mv_input in)
 {
     if (in == MV_STAGE) {
@@ -766,8 +603,6 @@ template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job
         return gk_launch(k_matvec_staged<T>, grid_s, MVS_WARPS * GPU_WARP, smem, s, *job);
     }
     const bool one = job->rows.routes != NULL || job->rows.n_tok == 1;
-    if (T == GQ_Q4_K && glu && one)
-        return launch_glu_q4k(s, grid, job);
     return one ? launch_q_nt<T, 1>(s, grid, job, glu) : launch_q_nt<T, MV_MAX_TOK>(s, grid, job, glu);
 }
 
