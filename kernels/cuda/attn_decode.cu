@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(gk_attn a, gk_rope r
     ad_queries<ROPE>(a, r, a.q + head0 * dk, qs, g, pos, own_row, pair == 0, qsh, kh, vh);
     __syncthreads();
     ad_scores<F16, ROPE>(a, kr, qs, len, own_row, qsh, kh, ps);
+    gpu_pdl_trigger(); /* left: the softmax, the values and the chunks' merge */
     __syncthreads();
     ad_softmax(qs, len, ps, ml);
     __syncthreads();

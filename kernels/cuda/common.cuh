@@ -30,14 +30,27 @@ static inline __device__ float warp_max(float v)
  * its first statement waits, with gpu_pdl_wait(), until that kernel has
  * completed and its writes are visible.  Every kernel here starts with the
  * wait, before it reads or writes anything, so stream order still holds;
- * what is saved is the launch gap between kernels of a step.  (Signalling
- * the next launch early, right after the wait, with prefetches of the
- * weights before it, made decode slower on the H200: docs/PERFORMANCE.md,
- * "Session 4: decode".) */
+ * what is saved is the launch gap between kernels of a step. */
 static inline __device__ void gpu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaGridDependencySynchronize();
+#endif
+}
+
+/* Lets the next kernel of the stream be scheduled once every block of this
+ * one has called it (or exited): its blocks take the SMs this launch no
+ * longer fills and stop at their gpu_pdl_wait(), which still waits for
+ * this kernel's completion and writes, so where the call sits changes
+ * timing only.  The decode kernels call it late, when their weight loads
+ * are consumed and only reductions and stores are left: the next launch's
+ * dispatch then overlaps this one's tail.  (Called right after the wait,
+ * it made decode slower on the H200, the waiting blocks holding SM slots
+ * the launch still needed: docs/PERFORMANCE.md, "Session 4: decode".) */
+static inline __device__ void gpu_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
 

@@ -177,6 +177,7 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
             }
         }
     }
+    gpu_pdl_trigger();
     mv_store<NT>(out, p, r, acc, acc2, GLU);
 }
 
@@ -277,6 +278,7 @@ template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec
         for (int k = 0; k < MVS_ROWS; k++)
             acc[k] += d * gq_chunk_dot<T>(&ch[k], a, m.y, m.z);
     }
+    gpu_pdl_trigger();
 #pragma unroll
     for (int k = 0; k < MVS_ROWS; k++) {
         const float v = warp_sum(acc[k]) + (out.bias != NULL && r0 + k < w.n_rows ? out.bias[r0 + k] : 0.0f);
@@ -550,6 +552,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
             }
         }
     }
+    gpu_pdl_trigger(); /* left: the top-k in block 0 */
     cl_arrive();
     cl_wait(); /* every block's logits are in its shared memory */
     if (rank != 0) {

@@ -264,6 +264,7 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
         if (i < len)
             xr[i] = v[k];
     }
+    gpu_pdl_trigger(); /* left: the next layer's norm */
     if (norm.y == NULL)
         return;
     const double mine = block_sum_d(norm_regs_sumsq<CBC_PER>(v), red);
