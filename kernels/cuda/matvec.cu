@@ -185,8 +185,6 @@ template <int T, bool GLU, int NT>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
 {
     gpu_pdl_wait();
-    if (GLU)
-        gpu_pdl_trigger();
     if (mv_skipped(job.rows))
         return;
     mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job));
