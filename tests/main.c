@@ -1,6 +1,9 @@
 /*
  * main.c — the test runner: runs every registered test in name order and
- * prints the summary line "N passed, N failed" (plus skips).
+ * prints the summary line "N passed, N failed" (plus skips).  Arguments
+ * are filters: a test runs when its name contains any of them, and a
+ * filter that matches no test name is an error (a mistyped filter would
+ * otherwise pass by running nothing).
  */
 #include "test.h"
 
@@ -67,13 +70,32 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const test_entry *)a)->name, ((const test_entry *)b)->name);
 }
 
+/* Whether name contains one of the n filters (no filters: every name);
+ * each filter that matches is counted in hits. */
+static bool selected(const char *name, char **filters, int n, int *hits)
+{
+    bool any = n == 0;
+    for (int f = 0; f < n; f++)
+        if (strstr(name, filters[f]) != NULL) {
+            hits[f]++;
+            any = true;
+        }
+    return any;
+}
+
 int main(int argc, char **argv)
 {
-    const char *filter = argc > 1 ? argv[1] : NULL;
+    char **filters = argv + 1;
+    const int n_filters = argc > 1 ? argc - 1 : 0;
+    int *hits = calloc((size_t)n_filters + 1, sizeof *hits);
+    if (hits == NULL) {
+        fprintf(stderr, "test runner: out of memory\n");
+        return 2;
+    }
     qsort(tests, n_tests, sizeof *tests, by_name);
     int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < n_tests; i++) {
-        if (filter != NULL && strstr(tests[i].name, filter) == NULL)
+        if (!selected(tests[i].name, filters, n_filters, hits))
             continue;
         test_ctx t = {.result = TEST_PASS};
         tests[i].fn(&t);
@@ -88,6 +110,12 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
+    for (int f = 0; f < n_filters; f++)
+        if (hits[f] == 0) {
+            printf("FAIL no test name contains '%s'\n", filters[f]);
+            failed++;
+        }
+    free(hits);
     free(tests);
     if (skipped > 0)
         printf("(%d skipped)\n", skipped);
