@@ -63,12 +63,14 @@ static const struct iq1_controls {
     /* vpmultishiftqb: a lane's byte 0 its qs byte, byte 1 the qh bits 3k..
      * of its index k = lane % 4 (3 bits kept), bytes 2, 3 from the zero words */
     _Alignas(64) uint8_t index_bits[64];
-    /* by qh >> 12 = l | delta bit << 3, dword tables: the block-sum factor
-     * (delta - 8) (2l + 1) in both words (delta = -1 where the bit is set;
-     * vpermt2d over both halves), and the grid factor 8 (2l + 1) (vpermd,
-     * which reads 3 index bits: l) */
-    _Alignas(32) uint32_t bsum_factor[2][8];
-    _Alignas(32) uint32_t grid_factor[8];
+    /* words 2s, 2s + 1 <- qh of sub-block s */
+    _Alignas(64) uint16_t qh_pairs[32];
+    /* by qh >> 12 = l | delta bit << 3: the block-sum factor (delta - 8) (2l + 1),
+     * delta = -1 where the bit is set, and the grid factor 8 (2l + 1) */
+    _Alignas(32) int16_t bsum_factor[16];
+    _Alignas(32) int16_t grid_factor[16];
+    /* vpackssdw of chunks 2q, 2q + 1, word w: the grid factor's word (2 sb) of its sub-block */
+    _Alignas(64) uint16_t pack_scale[2][32];
 } iq1_ctl = {
 #define IQ1_Q(h, m) IQ1_QS_WORD + 8 * (h) + (m), IQ1_QH_WORD + 4 * (h) + (m) / 2, 0, 0
 #define IQ1_H(h) IQ1_Q(h, 0), IQ1_Q(h, 1), IQ1_Q(h, 2), IQ1_Q(h, 3), IQ1_Q(h, 4), IQ1_Q(h, 5), IQ1_Q(h, 6), IQ1_Q(h, 7)
@@ -79,12 +81,15 @@ static const struct iq1_controls {
 #define IQ1_B(k) 0, 16 + 3 * (k), 32, 32, 8, 19 + 3 * (k), 32, 32
     .index_bits = {IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2)},
 #undef IQ1_B
-#define IQ1_F(l, delta) (uint16_t)(((delta) - 8) * (2 * (l) + 1)) * 0x10001u
-#define IQ1_F4(l, delta) IQ1_F(l, delta), IQ1_F((l) + 1, delta), IQ1_F((l) + 2, delta), IQ1_F((l) + 3, delta)
-    .bsum_factor = {{IQ1_F4(0, 1), IQ1_F4(4, 1)}, {IQ1_F4(0, -1), IQ1_F4(4, -1)}},
-#undef IQ1_F4
-#undef IQ1_F
-    .grid_factor = {8, 24, 40, 56, 72, 88, 104, 120},
+#define IQ1_P(s) IQ1_QH_WORD + (s), IQ1_QH_WORD + (s)
+    .qh_pairs = {IQ1_P(0), IQ1_P(1), IQ1_P(2), IQ1_P(3), IQ1_P(4), IQ1_P(5), IQ1_P(6), IQ1_P(7)},
+#undef IQ1_P
+    .bsum_factor = {-7, -21, -35, -49, -63, -77, -91, -105, -9, -27, -45, -63, -81, -99, -117, -135},
+    .grid_factor = {8, 24, 40, 56, 72, 88, 104, 120, 8, 24, 40, 56, 72, 88, 104, 120},
+    /* word w: lane w / 8, from chunk 2q (w % 8 < 4, sub-block 4q + lane / 2) or 2q + 1 (4q + 2 + lane / 2) */
+#define IQ1_L(s) 2 * (s), 2 * (s), 2 * (s), 2 * (s), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2)
+    .pack_scale = {{IQ1_L(0), IQ1_L(0), IQ1_L(1), IQ1_L(1)}, {IQ1_L(4), IQ1_L(4), IQ1_L(5), IQ1_L(5)}},
+#undef IQ1_L
 };
 
 /* Half h's 16 grid indices (dword lane l: entry 16h + l). */
@@ -100,49 +105,36 @@ IQ1_INLINE __m512i iq1_indices(__m512i words, int h)
  * any register for it, one that the previous super-block's lookups wrote,
  * which chains every super-block's gathers to the one before.  A fresh zero
  * and the full mask, both hidden from the compiler here, make it zero the
- * destination each time.  The mask (cleared by each gather) is made by
- * kxnorw from a register no gather writes (port 0), not by kmovw from a
- * general register (port 5, which the shuffles here load most). */
-IQ1_INLINE __m512i iq1_gather(__m256i idx, __mmask16 seed)
+ * destination each time. */
+IQ1_INLINE __m512i iq1_gather(__m256i idx)
 {
     __m512i zero = _mm512_setzero_si512();
-    __mmask8 all;
-    __asm__ volatile("kxnorw %1, %1, %0" : "=k"(all) : "k"(seed));
-    __asm__ volatile("" : "+v"(zero));
+    __mmask8 all = 0xFF;
+    __asm__ volatile("" : "+v"(zero), "+k"(all));
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* One super-block against y: 16 int32 lanes whose sum is its exact integer
- * total.  The indices go through memory (two stores, four 256-bit loads on
- * the load ports) instead of two extracts on port 5. */
-IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y, __mmask16 seed)
+/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
 {
     const __m512i words = _mm512_maskz_loadu_epi8(IQ1_BLOCK_BYTES, b);
-    struct {
-        _Alignas(64) uint32_t index[32];
-        _Alignas(32) uint32_t scale[8];
-    } m;
-    _mm512_store_si512(m.index, iq1_indices(words, 0));
-    _mm512_store_si512(m.index + 16, iq1_indices(words, 1));
-    /* dword s: qh of sub-block s >> 12 = l | delta bit << 3 */
-    const __m256i lsign = _mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)b->qh)), 12);
-    _mm256_store_si256((__m256i *)m.scale, _mm256_permutexvar_epi32(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.grid_factor)));
-    __asm__("" : "+m"(m));
-    const __m256i bsum = _mm256_madd_epi16(
-        _mm256_permutex2var_epi32(_mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor[0]), lsign,
-                                  _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor[1])),
-        _mm256_loadu_si256((const __m256i *)y->bsums));
-    __m512i acc = _mm512_zextsi256_si512(bsum);
+    const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
+    const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
+                          iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
+    const __m256i lsign = _mm256_srli_epi16(
+        _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.qh_pairs), words)), 12);
+    const __m256i bsum = _mm256_madd_epi16(_mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor)),
+                                           _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m512i scale = _mm512_castsi256_si512(
+        _mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.grid_factor)));
+    __m512i dot[4];
     _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++) {
-        const __m512i g = iq1_gather(_mm256_load_si256((const __m256i *)(m.index + 8 * p)), seed);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g, _mm512_loadu_si512(y->qs + 64 * p));
-        /* lanes 0..7 sub-block 2p, 8..15 2p + 1: each lane's sum (|sum| <= 1024) is its low word, sign-extended
-         * into the high one, so vpdpwssd by (scale, 0) multiplies it exactly */
-        const __m512i scale = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)m.scale[2 * p]), 0xFF00, (int)m.scale[2 * p + 1]);
-        acc = _mm512_dpwssd_epi32(acc, dot, scale);
-    }
-    return acc;
+    for (int p = 0; p < 4; p++)
+        dot[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[p], _mm512_loadu_si512(y->qs + 64 * p));
+    const __m512i t = _mm512_dpwssd_epi32(_mm512_zextsi256_si512(bsum), _mm512_packs_epi32(dot[0], dot[1]),
+                                          _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[0]), scale));
+    return _mm512_dpwssd_epi32(t, _mm512_packs_epi32(dot[2], dot[3]),
+                               _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[1]), scale));
 }
 
 /* gemm_x86_tokens.inc's one-token float step: acc + (dw * d_a) * total, one
@@ -159,18 +151,16 @@ static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
     const block_q8_K *y = a;
     const int64_t nb = n / QK_K;
     float acc = 0.0f;
-    __mmask16 seed = 0;
-    __asm__("" : "+k"(seed)); /* any value: kxnorw of it with itself is all ones */
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) { /* two super-blocks a step, their steps in order */
         _mm_prefetch((const char *)(x + i) + 1024, _MM_HINT_T0); /* as vec_dot_iq_x86.inc's iq_prefetch */
         _mm_prefetch((const char *)(x + i + 1) + 1024, _MM_HINT_T0);
-        const __m512 totals = vbmi_totals2(iq1s_super(x + i, y + i, seed), iq1s_super(x + i + 1, y + i + 1, seed));
+        const __m512 totals = vbmi_totals2(iq1s_super(x + i, y + i), iq1s_super(x + i + 1, y + i + 1));
         acc = iq1_step(acc, x + i, y + i, _mm512_cvtss_f32(totals));
         acc = iq1_step(acc, x + i + 1, y + i + 1, _mm_cvtss_f32(_mm512_extractf32x4_ps(totals, 2)));
     }
     if (i < nb)
-        acc = iq1_step(acc, x + i, y + i, _mm512_cvtss_f32(vbmi_totals2(iq1s_super(x + i, y + i, seed), _mm512_setzero_si512())));
+        acc = iq1_step(acc, x + i, y + i, _mm512_cvtss_f32(vbmi_totals2(iq1s_super(x + i, y + i), _mm512_setzero_si512())));
     *out = acc;
 }
 
