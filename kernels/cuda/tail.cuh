@@ -257,15 +257,23 @@ static inline __device__ float tk_key(float p)
     return p == p ? p : -INFINITY;
 }
 
-/* prob: n_tok rows of stride floats.  Writes picked_e / picked_p (rows of
- * n_used) for the pairs of rank < n_used.  Every thread of the block calls
- * it; the caller syncs before reading the picks. */
+/* prob: n_tok rows of stride floats (16-byte aligned, stride a multiple
+ * of 4).  Writes picked_e / picked_p (rows of n_used) for the pairs of
+ * rank < n_used.  Every thread of the block calls it; the caller syncs
+ * before reading the picks.  A thread's share is every TK_SPLIT-th group
+ * of 4 experts, read as one 16-byte load: the TK_SPLIT threads of a pair
+ * read adjacent bytes, which the warp's other pairs (the same token) read
+ * too, so a load is one shared-memory wavefront.  (Contiguous shares of
+ * n_expert / TK_SPLIT put the 4 threads on one bank: a 4-way conflict on
+ * every load, 1.7 us of the router's critical path for 128 experts;
+ * docs/PERFORMANCE.md, "CUDA decode, session 9: the router".)  A count
+ * does not depend on the order it is taken in. */
 static inline __device__ void topk_rank_block(const float *prob, int stride, int n_tok, int n_expert, int n_used,
                                               int *picked_e, float *picked_p, int picked_stride)
 {
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int pairs_per_warp = GPU_WARP / TK_SPLIT, n_warps = blockDim.x / GPU_WARP;
-    const int share = (n_expert + TK_SPLIT - 1) / TK_SPLIT, part = lane % TK_SPLIT;
+    const int part = lane % TK_SPLIT;
     for (int base = warp * pairs_per_warp; base < n_tok * n_expert; base += n_warps * pairs_per_warp) {
         const int i = base + lane / TK_SPLIT;
         const bool live = i < n_tok * n_expert;
@@ -273,9 +281,14 @@ static inline __device__ void topk_rank_block(const float *prob, int stride, int
         const float *row = prob + t * stride;
         const float mine = tk_key(row[e]);
         int before = 0;
-        for (int f = part * share; f < min(n_expert, (part + 1) * share); f++) {
-            const float other = tk_key(row[f]);
-            before += other > mine || (other == mine && f < e);
+        for (int g4 = 4 * part; g4 < n_expert; g4 += 4 * TK_SPLIT) {
+            const float4 q = *(const float4 *)(row + g4);
+            const float o[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float other = tk_key(o[k]);
+                before += g4 + k < n_expert && (other > mine || (other == mine && g4 + k < e));
+            }
         }
         for (int m = 1; m < TK_SPLIT; m *= 2)
             before += gpu_shfl_xor(before, m);
