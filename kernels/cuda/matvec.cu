@@ -580,27 +580,6 @@ static inline __device__ void rc_write_normed(const float *xs, int64_t n, const 
     }
 }
 
-/* norm_regs_load's values in two halves: the gains (1 without gain),
- * weights that no launch of a step writes, so read before the PDL wait,
- * its latency off the launch's path; x after it, through L2. */
-static inline __device__ void rc_load_gains(const float *gain, int64_t n, float *g)
-{
-#pragma unroll
-    for (int k = 0; k < RC_NORM_PER; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * RC_THREADS;
-        g[k] = i < n && gain != NULL ? gain[i] : 1.0f;
-    }
-}
-
-static inline __device__ void rc_load_x(const float *xr, int64_t n, float *v)
-{
-#pragma unroll
-    for (int k = 0; k < RC_NORM_PER; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * RC_THREADS;
-        v[k] = i < n ? __ldcg(xr + i) : 0.0f;
-    }
-}
-
 template <int T, bool NORM>
 __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job job)
 {
@@ -620,9 +599,6 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
     if (rank == 0 && threadIdx.x == 0)
         rc_expect(&landed, (uint32_t)(sizeof(float) * n_tok * (n_expert - min(per, n_expert))));
     rc_cluster_started(); /* before the wait: it overlaps the previous launch */
-    float v[RC_NORM_PER], gn[RC_NORM_PER];
-    if constexpr (NORM)
-        rc_load_gains(job.norm.gain, x.n, gn);
     gpu_pdl_wait();
     const int e_first = (int)rank * per + warp;
     const bool has_row = warp < per && e_first < n_expert;
@@ -636,7 +612,8 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
     int64_t x_stride = x.n;
     if constexpr (NORM) { /* one token, n % 32 == 0 */
         __shared__ double red_d[RC_WARPS];
-        rc_load_x(x.f, x.n, v);
+        float v[RC_NORM_PER], gn[RC_NORM_PER];
+        norm_regs_load<RC_NORM_PER>(x.f, x.n, job.norm.gain, v, gn);
         const float scale = norm_regs_scale<RC_NORM_PER>(v, x.n, job.norm.eps, red_d);
         norm_regs_apply<RC_NORM_PER>(v, gn, x.n, scale, job.norm, false, 0);
 #pragma unroll
