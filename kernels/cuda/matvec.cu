@@ -679,14 +679,14 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
     topk_write_routes(g, n_tok, &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED, job.tail.routes);
 }
 
-/* The router's cluster size on the current device for kernel: 16 where it
+/* The router's cluster size on the current device: 16 where the kernel
  * may take a non-portable size and one such cluster fits, else 8.  Asked of
- * the runtime once per device (the answer is the device's). */
+ * the runtime once per kernel and device (an attribute set on a kernel is
+ * the kernel's: each instance asks for itself). */
 enum { RC_DEVICES = 16 };
-template <typename Kernel> static unsigned rc_blocks(Kernel kernel)
+template <int T, bool NORM> static unsigned rc_blocks(void)
 {
 #if defined(HYDRA_HIP)
-    (void)kernel;
     return RC_BLOCKS;
 #else
     static std::atomic<unsigned> known[RC_DEVICES]; /* 0: not asked yet */
@@ -706,8 +706,9 @@ template <typename Kernel> static unsigned rc_blocks(Kernel kernel)
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int fit = 0;
-    const bool big = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-                     cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) == cudaSuccess && fit >= 1;
+    const bool big = cudaFuncSetAttribute(k_router_cluster<T, NORM>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) == cudaSuccess &&
+                     cudaOccupancyMaxActiveClusters(&fit, k_router_cluster<T, NORM>, &cfg) == cudaSuccess && fit >= 1;
     if (!big)
         (void)cudaGetLastError(); /* the refusal is an answer, not the next call's error */
     const unsigned nb = big ? RC_BLOCKS_BIG : RC_BLOCKS;
@@ -719,7 +720,7 @@ template <typename Kernel> static unsigned rc_blocks(Kernel kernel)
 
 template <int T, bool NORM> static int launch_router_nb(gpuStream_t s, const mv_job *job)
 {
-    const unsigned nb = rc_blocks(k_router_cluster<T, NORM>);
+    const unsigned nb = rc_blocks<T, NORM>();
     return gk_launch_cluster(k_router_cluster<T, NORM>, dim3(nb), RC_THREADS, 0, s, nb, *job);
 }
 
