@@ -464,6 +464,7 @@ enum {
     RC_BLOCKS = 8, RC_BLOCKS_BIG = 16, RC_THREADS = 512, RC_WARPS = RC_THREADS / GPU_WARP,
     RC_PRE = GK_ROUTER_NORM_MAX / (8 * GPU_WARP), /* 8-value groups of a lane's first row loaded early */
     RC_NORM_PER = GK_ROUTER_NORM_MAX / RC_THREADS,
+    RC_KEY_STRIDE = GK_TAIL_MAX_EXPERTS + 2, /* room for an odd count's zero; rows 16-byte aligned */
 };
 static_assert(RC_NORM_PER % Q8_GROUP == 0, "a normed row's chunks in whole groups");
 
@@ -593,6 +594,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
     const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
     __shared__ __align__(16) float xs[NORM ? GK_ROUTER_NORM_MAX : 1];
     __shared__ __align__(16) float prob[MV_MAX_TOK][GK_TAIL_MAX_EXPERTS]; /* block 0: logits, then probabilities */
+    __shared__ __align__(16) unsigned long long key[MV_MAX_TOK][RC_KEY_STRIDE]; /* block 0: the rank order */
     __shared__ int picked_e[MV_MAX_TOK][GK_TAIL_MAX_USED];
     __shared__ float picked_p[MV_MAX_TOK][GK_TAIL_MAX_USED];
     __shared__ __align__(8) uint64_t landed; /* block 0: the other blocks' logits are in prob */
@@ -668,13 +670,19 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
         float p[TK_PER_LANE];
         topk_probs<false>(g, prob[warp], p);
 #pragma unroll
-        for (int j = 0; j < TK_PER_LANE; j++)
-            if (lane + GPU_WARP * j < n_expert)
-                prob[warp][lane + GPU_WARP * j] = p[j];
+        for (int j = 0; j < TK_PER_LANE; j++) {
+            const int e = lane + GPU_WARP * j;
+            if (e < n_expert) {
+                prob[warp][e] = p[j];
+                key[warp][e] = tk_key64(p[j], e);
+            }
+        }
+        if (lane == 0)
+            key[warp][n_expert] = 0; /* an odd count's pair */
     }
     __syncthreads();
-    topk_rank_block(&prob[0][0], GK_TAIL_MAX_EXPERTS, n_tok, n_expert, g.n_used, &picked_e[0][0], &picked_p[0][0],
-                    GK_TAIL_MAX_USED);
+    topk_rank_block(&key[0][0], RC_KEY_STRIDE, &prob[0][0], GK_TAIL_MAX_EXPERTS, n_tok, n_expert, g.n_used,
+                    &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED);
     __syncthreads();
     topk_write_routes(g, n_tok, &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED, job.tail.routes);
 }
