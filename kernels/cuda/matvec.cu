@@ -16,6 +16,8 @@
 #include "row_norm.cuh"
 #include "tail.cuh"
 
+#include <atomic>
+
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
 /* One launch: dense launches may carry up to GK_MATVEC_MAX_MATS matrices
@@ -442,19 +444,27 @@ __global__ void __launch_bounds__(MVF_THREADS) k_matvec_f(const mv_job job)
 }
 
 /* The router as one thread-block cluster (compute capability 9.0 and
- * later; gk_router_topk): block b of RC_BLOCKS takes experts b * per ..
- * (b + 1) * per - 1, a warp per expert row, its first row's weights
- * loaded before anything else (with NORM every block norms the raw row
- * itself, block 0 also writes it).  The logits meet in block 0 through
- * the cluster's shared memory, which turns them into probabilities
- * (topk_probs, a warp per token) and ranks them (topk_rank_block): no
- * fence, atomic or L2 round trip of the last-block tail, no n_used rounds
- * of a warp argmax.  The same choices as the tail; a logit is the same
- * terms summed in another order. */
+ * later; gk_router_topk) of 16 blocks where the device schedules a cluster
+ * that large (a non-portable size: half the rows and bytes an SM of 8),
+ * else 8: block b takes experts b * per .. (b + 1) * per - 1, a warp per
+ * expert row, its first row's weights loaded before anything else (with
+ * NORM every block norms the raw row itself).  Each logit goes straight
+ * into block 0's shared memory (st.async), its bytes counted on block 0's
+ * mbarrier: block 0 waits for the bytes, the others exit when their
+ * logits are sent.  Block 0 turns the logits into probabilities
+ * (topk_probs, a warp per token) and ranks them (topk_rank_block).  With
+ * NORM the blocks other than 0 write the normed row and its 8-bit form, a
+ * 32-value chunk a warp, after their dots: off block 0's path.  The same
+ * choices as the last-block tail; a logit is the same terms summed in
+ * another order.  (A cluster barrier instead of the mbarrier cost more: its
+ * arrive is a MEMBAR.GPU, which waits for the block's global stores, and
+ * block 0 read the others' logits one round trip later; docs/PERFORMANCE.md,
+ * "CUDA decode, session 9: the router".) */
 enum {
-    RC_BLOCKS = 8, RC_THREADS = 512, RC_WARPS = RC_THREADS / GPU_WARP,
+    RC_BLOCKS = 8, RC_BLOCKS_BIG = 16, RC_THREADS = 512, RC_WARPS = RC_THREADS / GPU_WARP,
     RC_PRE = GK_ROUTER_NORM_MAX / (8 * GPU_WARP), /* 8-value groups of a lane's first row loaded early */
-    RC_MAX_PER = GK_TAIL_MAX_EXPERTS / RC_BLOCKS, RC_NORM_PER = GK_ROUTER_NORM_MAX / RC_THREADS,
+    RC_NORM_PER = GK_ROUTER_NORM_MAX / RC_THREADS,
+    RC_KEY_STRIDE = GK_TAIL_MAX_EXPERTS + 2, /* room for an odd count's zero; rows 16-byte aligned */
 };
 static_assert(RC_NORM_PER % Q8_GROUP == 0, "a normed row's chunks in whole groups");
 
@@ -482,23 +492,116 @@ static inline __device__ void rc_dot_rest(const uint8_t *row, int64_t i0, int64_
     }
 }
 
+/* --- block 0's shared memory from the cluster (PTX .shared::cluster
+ * addresses, compute capability 9.0; never called on older devices, where
+ * a cluster is one block). */
+static inline __device__ uint32_t rc_smem(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* The address of this block's shared variable p in block 0. */
+static inline __device__ uint32_t rc_in_block0(const void *p)
+{
+    uint32_t r = rc_smem(p);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %0, 0;" : "+r"(r));
+#endif
+    return r;
+}
+
+/* v into block 0's word at `at`, its 4 bytes counted on block 0's mbarrier
+ * at bar. */
+static inline __device__ void rc_send(uint32_t at, float v, uint32_t bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(at),
+                 "r"(__float_as_uint(v)), "r"(bar)
+                 : "memory");
+#else
+    (void)at, (void)v, (void)bar;
+#endif
+}
+
+/* bar: an mbarrier whose phase 0 completes once `bytes` have landed (its
+ * one arrival made here). */
+static inline __device__ void rc_expect(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+                 "fence.mbarrier_init.release.cluster;\n\t"
+                 "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(rc_smem(bar)),
+                 "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+
+static inline __device__ void rc_wait(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(rc_smem(bar))
+                     : "memory");
+#else
+    (void)bar;
+#endif
+}
+
+/* Every thread of the cluster: every block runs and block 0's mbarrier is
+ * initialised (no ordering of other memory: relaxed, no MEMBAR). */
+static inline __device__ void rc_cluster_started(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+/* The normed row xs (n values) and its 8-bit form into out, chunk c of 32
+ * values by warp c / (blocks - 1) of block 1 + c % (blocks - 1) (block 0
+ * alone in a cluster of one): the same values and, a chunk quantised on
+ * its own, the same bytes as norm_regs_apply. */
+static inline __device__ void rc_write_normed(const float *xs, int64_t n, const gk_norm_out &out, unsigned rank,
+                                              unsigned n_blocks)
+{
+    const int others = n_blocks > 1 ? (int)n_blocks - 1 : 1, mine = n_blocks > 1 ? (int)rank - 1 : 0;
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    if (mine < 0)
+        return;
+    for (int64_t c = mine + (int64_t)others * warp; c < n / GPU_WARP; c += (int64_t)others * RC_WARPS) {
+        const float v = xs[c * GPU_WARP + lane];
+        out.y[c * GPU_WARP + lane] = v;
+        if (out.q != NULL)
+            q8_warp_store(v, out.q + c * GPU_WARP, out.meta + 4 * c);
+    }
+}
+
 template <int T, bool NORM>
 __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job job)
 {
-    gpu_pdl_wait();
     const gk_mat &w = job.w[0];
     const gk_out &out = job.out[0];
     const gk_act &x = job.x;
     const gk_gating &g = job.tail.gating;
-    const int n_tok = job.rows.n_tok, n_expert = g.n_expert, per = (n_expert + RC_BLOCKS - 1) / RC_BLOCKS;
+    const unsigned rank = cl_rank(), n_blocks = cl_size();
+    const int n_tok = job.rows.n_tok, n_expert = g.n_expert, per = (n_expert + (int)n_blocks - 1) / (int)n_blocks;
     const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    const unsigned rank = cl_rank();
     const int64_t n = w.n_cols, n8 = n % 8 == 0 ? n : 0; /* vector loads need 32-byte aligned rows */
-    __shared__ float logit[MV_MAX_TOK][RC_MAX_PER];
     __shared__ __align__(16) float xs[NORM ? GK_ROUTER_NORM_MAX : 1];
-    __shared__ float prob[MV_MAX_TOK][GK_TAIL_MAX_EXPERTS];
+    __shared__ __align__(16) float prob[MV_MAX_TOK][GK_TAIL_MAX_EXPERTS]; /* block 0: logits, then probabilities */
+    __shared__ __align__(16) unsigned long long key[MV_MAX_TOK][RC_KEY_STRIDE]; /* block 0: the rank order */
     __shared__ int picked_e[MV_MAX_TOK][GK_TAIL_MAX_USED];
     __shared__ float picked_p[MV_MAX_TOK][GK_TAIL_MAX_USED];
+    __shared__ __align__(8) uint64_t landed; /* block 0: the other blocks' logits are in prob */
+    if (rank == 0 && threadIdx.x == 0)
+        rc_expect(&landed, (uint32_t)(sizeof(float) * n_tok * (n_expert - min(per, n_expert))));
+    rc_cluster_started(); /* before the wait: it overlaps the previous launch */
+    gpu_pdl_wait();
     const int e_first = (int)rank * per + warp;
     const bool has_row = warp < per && e_first < n_expert;
     constexpr int pre = NORM ? RC_PRE : 0; /* several tokens' accumulators leave no registers for it */
@@ -514,7 +617,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
         float v[RC_NORM_PER], gn[RC_NORM_PER];
         norm_regs_load<RC_NORM_PER>(x.f, x.n, job.norm.gain, v, gn);
         const float scale = norm_regs_scale<RC_NORM_PER>(v, x.n, job.norm.eps, red_d);
-        norm_regs_apply<RC_NORM_PER>(v, gn, x.n, scale, job.norm, rank == 0, 0);
+        norm_regs_apply<RC_NORM_PER>(v, gn, x.n, scale, job.norm, false, 0);
 #pragma unroll
         for (int k = 0; k < RC_NORM_PER; k++)
             if (threadIdx.x + k * RC_THREADS < x.n)
@@ -523,6 +626,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
         xf = xs;
         x_stride = 0;
     }
+    const uint32_t landed_at = rc_in_block0(&landed);
     for (int le = warp; le < per && (int)rank * per + le < n_expert; le += RC_WARPS) {
         const int e = (int)rank * per + le;
         const uint8_t *row = w.data + (int64_t)e * w.row_bytes;
@@ -547,44 +651,90 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
                 break;
             const float v = warp_sum(acc[t]) + (out.bias != NULL ? out.bias[e] : 0.0f);
             if (lane == 0) {
-                logit[t][le] = v;
+                if (rank == 0)
+                    prob[t][e] = v;
+                else
+                    rc_send(rc_in_block0(&prob[t][e]), v, landed_at);
                 out.y[t * out.y_stride + e] = v;
             }
         }
     }
-    gpu_pdl_trigger(); /* left: the top-k in block 0 */
-    cl_arrive();
-    cl_wait(); /* every block's logits are in its shared memory */
-    if (rank != 0) {
-        cl_arrive();
-        cl_wait(); /* block 0 has read them */
+    gpu_pdl_trigger(); /* left: the normed row's stores and the top-k in block 0 */
+    if constexpr (NORM)
+        rc_write_normed(xs, x.n, job.norm, rank, n_blocks);
+    if (rank != 0)
         return;
-    }
-    for (int i = threadIdx.x; i < n_tok * n_expert; i += RC_THREADS)
-        prob[i / n_expert][i % n_expert] = *cl_map(&logit[i / n_expert][i % n_expert % per], i % n_expert / per);
-    cl_arrive();
-    __syncthreads();
+    __syncthreads(); /* this block's logits */
     if (warp < n_tok) {
+        rc_wait(&landed); /* the others' */
         float p[TK_PER_LANE];
         topk_probs<false>(g, prob[warp], p);
 #pragma unroll
-        for (int j = 0; j < TK_PER_LANE; j++)
-            if (lane + GPU_WARP * j < n_expert)
-                prob[warp][lane + GPU_WARP * j] = p[j];
+        for (int j = 0; j < TK_PER_LANE; j++) {
+            const int e = lane + GPU_WARP * j;
+            if (e < n_expert) {
+                prob[warp][e] = p[j];
+                key[warp][e] = tk_key64(p[j], e);
+            }
+        }
+        if (lane == 0)
+            key[warp][n_expert] = 0; /* an odd count's pair */
     }
     __syncthreads();
-    topk_rank_block(&prob[0][0], GK_TAIL_MAX_EXPERTS, n_tok, n_expert, g.n_used, &picked_e[0][0], &picked_p[0][0],
-                    GK_TAIL_MAX_USED);
+    topk_rank_block(&key[0][0], RC_KEY_STRIDE, &prob[0][0], GK_TAIL_MAX_EXPERTS, n_tok, n_expert, g.n_used,
+                    &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED);
     __syncthreads();
     topk_write_routes(g, n_tok, &picked_e[0][0], &picked_p[0][0], GK_TAIL_MAX_USED, job.tail.routes);
-    cl_wait();
+}
+
+/* The router's cluster size on the current device: 16 where the kernel
+ * may take a non-portable size and one such cluster fits, else 8.  Asked of
+ * the runtime once per kernel and device (an attribute set on a kernel is
+ * the kernel's: each instance asks for itself). */
+enum { RC_DEVICES = 16 };
+template <int T, bool NORM> static unsigned rc_blocks(void)
+{
+#if defined(HYDRA_HIP)
+    return RC_BLOCKS;
+#else
+    static std::atomic<unsigned> known[RC_DEVICES]; /* 0: not asked yet */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        return RC_BLOCKS;
+    if (dev < RC_DEVICES && known[dev].load() != 0)
+        return known[dev].load();
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = RC_BLOCKS_BIG;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(RC_BLOCKS_BIG);
+    cfg.blockDim = dim3(RC_THREADS);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int fit = 0;
+    const bool big = cudaFuncSetAttribute(k_router_cluster<T, NORM>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) == cudaSuccess &&
+                     cudaOccupancyMaxActiveClusters(&fit, k_router_cluster<T, NORM>, &cfg) == cudaSuccess && fit >= 1;
+    if (!big)
+        (void)cudaGetLastError(); /* the refusal is an answer, not the next call's error */
+    const unsigned nb = big ? RC_BLOCKS_BIG : RC_BLOCKS;
+    if (dev < RC_DEVICES)
+        known[dev].store(nb);
+    return nb;
+#endif
+}
+
+template <int T, bool NORM> static int launch_router_nb(gpuStream_t s, const mv_job *job)
+{
+    const unsigned nb = rc_blocks<T, NORM>();
+    return gk_launch_cluster(k_router_cluster<T, NORM>, dim3(nb), RC_THREADS, 0, s, nb, *job);
 }
 
 template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *job, bool norm)
 {
-    if (norm)
-        return gk_launch_cluster(k_router_cluster<T, true>, dim3(RC_BLOCKS), RC_THREADS, 0, s, RC_BLOCKS, *job);
-    return gk_launch_cluster(k_router_cluster<T, false>, dim3(RC_BLOCKS), RC_THREADS, 0, s, RC_BLOCKS, *job);
+    return norm ? launch_router_nb<T, true>(s, job) : launch_router_nb<T, false>(s, job);
 }
 
 /* How a launch reads its activations: the 8-bit form, staged from the

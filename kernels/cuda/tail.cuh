@@ -257,31 +257,53 @@ static inline __device__ float tk_key(float p)
     return p == p ? p : -INFINITY;
 }
 
-/* prob: n_tok rows of stride floats.  Writes picked_e / picked_p (rows of
- * n_used) for the pairs of rank < n_used.  Every thread of the block calls
- * it; the caller syncs before reading the picks. */
-static inline __device__ void topk_rank_block(const float *prob, int stride, int n_tok, int n_expert, int n_used,
-                                              int *picked_e, float *picked_p, int picked_stride)
+/* The rank order as one number: a larger probability first, then the
+ * lower expert id, a NaN as tk_key reads it.  The float's bits made
+ * monotone (a positive's sign bit set, a negative's bits flipped; -0 read
+ * as +0, which it equals), the id below them in 8 bits: distinct experts
+ * have distinct keys, so an expert's rank is the count of larger keys, one
+ * 64-bit compare a pair instead of tk_key and a compound test. */
+static_assert(GK_TAIL_MAX_EXPERTS <= 256, "an expert id in 8 bits");
+static inline __device__ unsigned long long tk_key64(float p, int e)
+{
+    const unsigned b = __float_as_uint(tk_key(p) + 0.0f);
+    const unsigned mono = (b & 0x80000000u) != 0 ? ~b : b | 0x80000000u;
+    return (unsigned long long)mono << 8 | (unsigned)(GK_TAIL_MAX_EXPERTS - 1 - e);
+}
+
+/* keys: n_tok rows of key_stride (even) keys (tk_key64), 16-byte aligned,
+ * row t's key n_expert zero (below every key) where n_expert is odd; prob:
+ * their probabilities, rows of stride.  Writes picked_e / picked_p (rows
+ * of n_used) for the pairs of rank < n_used.  Every thread of the block
+ * calls it; the caller syncs before reading the picks.  A thread's share
+ * is every TK_SPLIT-th pair of keys, one 16-byte load: the TK_SPLIT threads
+ * of a pair read adjacent bytes, which the warp's other pairs (the same
+ * token) read too, so a load is one shared-memory wavefront.  (Float
+ * probabilities compared by tk_key took ~14 instructions a compare, 1.7 us
+ * of the router's critical path for 128 experts; docs/PERFORMANCE.md,
+ * "CUDA decode, session 9: the router".) */
+static inline __device__ void topk_rank_block(const unsigned long long *keys, int key_stride, const float *prob,
+                                              int stride, int n_tok, int n_expert, int n_used, int *picked_e,
+                                              float *picked_p, int picked_stride)
 {
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int pairs_per_warp = GPU_WARP / TK_SPLIT, n_warps = blockDim.x / GPU_WARP;
-    const int share = (n_expert + TK_SPLIT - 1) / TK_SPLIT, part = lane % TK_SPLIT;
+    const int part = lane % TK_SPLIT;
     for (int base = warp * pairs_per_warp; base < n_tok * n_expert; base += n_warps * pairs_per_warp) {
         const int i = base + lane / TK_SPLIT;
         const bool live = i < n_tok * n_expert;
         const int t = live ? i / n_expert : 0, e = live ? i % n_expert : 0;
-        const float *row = prob + t * stride;
-        const float mine = tk_key(row[e]);
+        const unsigned long long *row = keys + t * key_stride, mine = row[e];
         int before = 0;
-        for (int f = part * share; f < min(n_expert, (part + 1) * share); f++) {
-            const float other = tk_key(row[f]);
-            before += other > mine || (other == mine && f < e);
+        for (int f = 2 * part; f < n_expert; f += 2 * TK_SPLIT) {
+            const ulonglong2 q = *(const ulonglong2 *)(row + f);
+            before += (q.x > mine) + (q.y > mine);
         }
         for (int m = 1; m < TK_SPLIT; m *= 2)
             before += gpu_shfl_xor(before, m);
         if (live && part == 0 && before < n_used) {
             picked_e[t * picked_stride + before] = e;
-            picked_p[t * picked_stride + before] = row[e];
+            picked_p[t * picked_stride + before] = prob[t * stride + e];
         }
     }
 }
