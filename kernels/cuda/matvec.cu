@@ -15,6 +15,7 @@
 #include "common.cuh"
 #include "row_norm.cuh"
 #include "tail.cuh"
+#include "cluster_async.cuh"
 
 #include <atomic>
 
@@ -492,76 +493,6 @@ static inline __device__ void rc_dot_rest(const uint8_t *row, int64_t i0, int64_
     }
 }
 
-/* --- block 0's shared memory from the cluster (PTX .shared::cluster
- * addresses, compute capability 9.0; never called on older devices, where
- * a cluster is one block). */
-static inline __device__ uint32_t rc_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* The address of this block's shared variable p in block 0. */
-static inline __device__ uint32_t rc_in_block0(const void *p)
-{
-    uint32_t r = rc_smem(p);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mapa.shared::cluster.u32 %0, %0, 0;" : "+r"(r));
-#endif
-    return r;
-}
-
-/* v into block 0's word at `at`, its 4 bytes counted on block 0's mbarrier
- * at bar. */
-static inline __device__ void rc_send(uint32_t at, float v, uint32_t bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(at),
-                 "r"(__float_as_uint(v)), "r"(bar)
-                 : "memory");
-#else
-    (void)at, (void)v, (void)bar;
-#endif
-}
-
-/* bar: an mbarrier whose phase 0 completes once `bytes` have landed (its
- * one arrival made here). */
-static inline __device__ void rc_expect(uint64_t *bar, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
-                 "fence.mbarrier_init.release.cluster;\n\t"
-                 "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(rc_smem(bar)),
-                 "r"(bytes)
-                 : "memory");
-#else
-    (void)bar, (void)bytes;
-#endif
-}
-
-static inline __device__ void rc_wait(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(rc_smem(bar))
-                     : "memory");
-#else
-    (void)bar;
-#endif
-}
-
-/* Every thread of the cluster: every block runs and block 0's mbarrier is
- * initialised (no ordering of other memory: relaxed, no MEMBAR). */
-static inline __device__ void rc_cluster_started(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-
 /* The normed row xs (n values) and its 8-bit form into out, chunk c of 32
  * values by warp c / (blocks - 1) of block 1 + c % (blocks - 1) (block 0
  * alone in a cluster of one): the same values and, a chunk quantised on
@@ -599,8 +530,8 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
     __shared__ float picked_p[MV_MAX_TOK][GK_TAIL_MAX_USED];
     __shared__ __align__(8) uint64_t landed; /* block 0: the other blocks' logits are in prob */
     if (rank == 0 && threadIdx.x == 0)
-        rc_expect(&landed, (uint32_t)(sizeof(float) * n_tok * (n_expert - min(per, n_expert))));
-    rc_cluster_started(); /* before the wait: it overlaps the previous launch */
+        cla_expect(&landed, (uint32_t)(sizeof(float) * n_tok * (n_expert - min(per, n_expert))));
+    cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     gpu_pdl_wait();
     const int e_first = (int)rank * per + warp;
     const bool has_row = warp < per && e_first < n_expert;
@@ -626,7 +557,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
         xf = xs;
         x_stride = 0;
     }
-    const uint32_t landed_at = rc_in_block0(&landed);
+    const uint32_t landed_at = cla_in_block(&landed, 0);
     for (int le = warp; le < per && (int)rank * per + le < n_expert; le += RC_WARPS) {
         const int e = (int)rank * per + le;
         const uint8_t *row = w.data + (int64_t)e * w.row_bytes;
@@ -654,7 +585,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
                 if (rank == 0)
                     prob[t][e] = v;
                 else
-                    rc_send(rc_in_block0(&prob[t][e]), v, landed_at);
+                    cla_send(cla_in_block(&prob[t][e], 0), v, landed_at);
                 out.y[t * out.y_stride + e] = v;
             }
         }
@@ -666,7 +597,7 @@ __global__ void __launch_bounds__(RC_THREADS, 1) k_router_cluster(const mv_job j
         return;
     __syncthreads(); /* this block's logits */
     if (warp < n_tok) {
-        rc_wait(&landed); /* the others' */
+        cla_wait(&landed); /* the others' */
         float p[TK_PER_LANE];
         topk_probs<false>(g, prob[warp], p);
 #pragma unroll

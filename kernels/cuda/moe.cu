@@ -11,6 +11,7 @@
 #include "common.cuh"
 #include "row_norm.cuh"
 #include "tail.cuh"
+#include "cluster_async.cuh"
 
 enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_MAX_USED = 256 };
 
@@ -225,19 +226,29 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_moe_combine(const gk_route 
  * all issued at once, on 8 SMs instead of one (the one-block kernel above
  * stalls on its loads two thirds of its time; docs/PERFORMANCE.md, "CUDA
  * decode, session 5").  x gets the same bits as k_moe_combine (the same
- * sum per value); the slices' sums of squares meet through the cluster's
- * shared memory, every block adding them in rank order, so every block
+ * sum per value).  Each block sends its slice's sum of squares into slot
+ * [rank] of every other block's shared memory (st.async, counted on the
+ * receiver's mbarrier: cluster_async.cuh, no cluster barrier and so no
+ * wait for x's stores) and adds the slots in rank order, so every block
  * norms with the same scale. */
 enum { CBC_BLOCKS = 8, CBC_PER = Q8_GROUP, CBC_THREADS = GK_NORM_THREADS };
+static_assert(CBC_BLOCKS <= GPU_WARP, "a lane of warp 0 per receiving block");
 
 __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *routes, const float *y, int n_used,
                                                                 int64_t n, float *x, gk_norm_out norm)
 {
-    gpu_pdl_wait();
     __shared__ double red[CBC_THREADS / GPU_WARP];
-    __shared__ double part;
+    __shared__ double part[CBC_BLOCKS]; /* the other blocks' sums of squares, by rank */
+    __shared__ __align__(8) uint64_t landed; /* they are in part */
+    const unsigned rank = cl_rank();
+    if (norm.y != NULL) {
+        if (threadIdx.x == 0)
+            cla_expect(&landed, (uint32_t)(sizeof(double) * (CBC_BLOCKS - 1)));
+        cla_cluster_started(); /* before the wait: it overlaps the previous launch */
+    }
+    gpu_pdl_wait();
     const int t = blockIdx.y;
-    const int64_t len = n / CBC_BLOCKS, col0 = (int64_t)cl_rank() * len;
+    const int64_t len = n / CBC_BLOCKS, col0 = (int64_t)rank * len;
     float *xr = x + t * n + col0;
     const gk_route *rt = routes + (int64_t)t * n_used;
     const float *yt = y + (int64_t)t * n_used * n + col0;
@@ -268,16 +279,13 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
     if (norm.y == NULL)
         return;
     const double mine = block_sum_d(norm_regs_sumsq<CBC_PER>(v), red);
-    if (threadIdx.x == 0)
-        part = mine;
-    cl_arrive();
-    cl_wait();
+    if (threadIdx.x < CBC_BLOCKS && threadIdx.x != rank)
+        cla_send(cla_in_block(&part[rank], threadIdx.x), mine, cla_in_block(&landed, threadIdx.x));
+    cla_wait(&landed); /* every slot but ours; nothing is sent into this block after this */
     double sumsq = 0.0;
     for (unsigned b = 0; b < CBC_BLOCKS; b++)
-        sumsq += *cl_map(&part, b);
-    cl_arrive(); /* done with the others' shared memory */
+        sumsq += b == rank ? mine : part[b];
     norm_regs_apply_at<CBC_PER>(v, g, len, norm_scale(sumsq, n, norm.eps), norm, true, t * n + col0);
-    cl_wait();
 }
 
 static bool combine_on_cluster(const int32_t *slot_of, int n_tok, int64_t n)
