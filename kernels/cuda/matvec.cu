@@ -21,6 +21,11 @@
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
+/* Dynamic shared memory a launch may take without the kernel's opt-in
+ * (cudaFuncAttributeMaxDynamicSharedMemorySize): 48 KB (CUDA C++
+ * Programming Guide, "Shared Memory"). */
+enum { MV_SMEM_DEFAULT_MAX = 48 * 1024 };
+
 /* One launch: dense launches may carry up to GK_MATVEC_MAX_MATS matrices
  * of one type reading the same activations (Q, K and V), grid row y
  * selecting the matrix; routed launches carry one (plus up for GLU). */
@@ -672,11 +677,62 @@ template <int T> static int launch_router_cluster(gpuStream_t s, const mv_job *j
  * float row (quantised launches), or normed from the raw row (float). */
 enum mv_input { MV_PLAIN, MV_STAGE, MV_NORM };
 
+/* Blocks per SM of a one-wave launch.  A decode launch is placed under
+ * programmatic dependent launch while the launch before it still runs, and
+ * its blocks may then pile up on the SMs that are free first, as many as
+ * the kernel's occupancy lets in, leaving other SMs without work: the
+ * attention output (512 blocks of 4 warps on 132 SMs, 10 an SM allowed)
+ * measured tg128 +1.0% capped at its even share, 4 an SM, on the H200, and
+ * 1.4% slower when 12 an SM fitted instead of 10 (docs/PERFORMANCE.md,
+ * "CUDA decode, session 9: blocks per SM").  The cap is dynamic shared
+ * memory (the kernel's own need, or more) sized so that one block more
+ * than the share does not fit an SM; the kernels read only the bytes they
+ * need, so the results are the same bits.  Launches of more than one wave
+ * are left alone (gate/up capped at whole waves, 6 an SM of 8: -0.5%).  Host
+ * queries of the runtime, no synchronisation: a captured graph asks once, at
+ * capture.  Returns the dynamic shared memory to launch with. */
+template <typename Kernel> static size_t mv_spread_smem(Kernel kernel, int threads, dim3 grid, size_t need)
+{
+#if defined(HYDRA_HIP)
+    (void)kernel, (void)threads, (void)grid;
+    return need;
+#else
+    int dev = 0, n_sm = 0, sm_smem = 0, reserved = 0, optin = 0, fit = 0, capped = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, need) != cudaSuccess || n_sm < 1) {
+        (void)cudaGetLastError(); /* no cap is an answer, not the next call's error */
+        return need;
+    }
+    const long share = ((long)grid.x * grid.y * grid.z + n_sm - 1) / n_sm;
+    if (share >= fit)
+        return need;
+    const long smem = (long)sm_smem / (share + 1) + 1 - reserved; /* share + 1 blocks overflow the SM */
+    if (smem <= (long)need || smem > optin)
+        return need;
+    if ((smem > MV_SMEM_DEFAULT_MAX &&
+         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, threads, (size_t)smem) != cudaSuccess ||
+        capped != share) {
+        (void)cudaGetLastError();
+        return need;
+    }
+    return (size_t)smem;
+#endif
+}
+
 template <int T, int NT> static int launch_q_nt(gpuStream_t s, dim3 grid, const mv_job *job, bool glu)
 {
-    if (glu)
-        return gk_launch(k_matvec_q<T, true, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
-    return gk_launch(k_matvec_q<T, false, NT>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
+    const int threads = MV_WARPS * GPU_WARP;
+    if (glu) {
+        const size_t smem = NT == 1 ? mv_spread_smem(k_matvec_q<T, true, NT>, threads, grid, 0) : 0;
+        return gk_launch(k_matvec_q<T, true, NT>, grid, threads, smem, s, *job);
+    }
+    const size_t smem = NT == 1 ? mv_spread_smem(k_matvec_q<T, false, NT>, threads, grid, 0) : 0;
+    return gk_launch(k_matvec_q<T, false, NT>, grid, threads, smem, s, *job);
 }
 
 template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job, bool glu, mv_input in)
@@ -684,7 +740,8 @@ template <int T> static int launch_q(gpuStream_t s, dim3 grid, const mv_job *job
     if (in == MV_STAGE) {
         const size_t smem = (size_t)job->x.n + (size_t)job->x.n / 32 * sizeof(int4);
         const dim3 grid_s((unsigned)((job->w[0].n_rows + MVS_WARPS * MVS_ROWS - 1) / (MVS_WARPS * MVS_ROWS)), grid.y);
-        return gk_launch(k_matvec_staged<T>, grid_s, MVS_WARPS * GPU_WARP, smem, s, *job);
+        return gk_launch(k_matvec_staged<T>, grid_s, MVS_WARPS * GPU_WARP,
+                         mv_spread_smem(k_matvec_staged<T>, MVS_WARPS * GPU_WARP, grid_s, smem), s, *job);
     }
     const bool one = job->rows.routes != NULL || job->rows.n_tok == 1;
     return one ? launch_q_nt<T, 1>(s, grid, job, glu) : launch_q_nt<T, MV_MAX_TOK>(s, grid, job, glu);
@@ -711,7 +768,8 @@ static int launch_mixed(gpuStream_t s, dim3 grid, const mv_job *job, uint32_t ty
 {
 #define MV_MIXED_(A, B)                                                                                          \
     if (type == A && last == B)                                                                                  \
-        return gk_launch(k_matvec_q_mixed<A, B>, grid, MV_WARPS * GPU_WARP, 0, s, *job);
+        return gk_launch(k_matvec_q_mixed<A, B>, grid, MV_WARPS * GPU_WARP,                                   \
+                         mv_spread_smem(k_matvec_q_mixed<A, B>, MV_WARPS * GPU_WARP, grid, 0), s, *job);
     MV_MIXED_PAIRS(MV_MIXED_)
 #undef MV_MIXED_
     return (int)gpuErrorInvalidValue;
