@@ -172,38 +172,6 @@ static inline __device__ unsigned cl_size(void)
 #endif
 }
 
-/* The cluster barrier in two halves: arrive (this thread's shared-memory
- * writes released to the other blocks) and wait (theirs acquired).  Every
- * thread of every block of the cluster takes both, in that order; a block
- * whose shared memory others read must not exit before they have arrived
- * after reading. */
-static inline __device__ void cl_arrive(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __cluster_barrier_arrive();
-#else
-    __syncthreads();
-#endif
-}
-
-static inline __device__ void cl_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __cluster_barrier_wait();
-#endif
-}
-
-/* The address of *p (this block's shared memory) in the block of rank r. */
-template <typename V> static inline __device__ const V *cl_map(const V *p, unsigned r)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return (const V *)__cluster_map_shared_rank((const void *)p, r);
-#else
-    (void)r;
-    return p;
-#endif
-}
-
 /* Whether launches may take clusters: compute capability 9.0 or later
  * (the device gpu_pdl_supported asks about), never on HIP. */
 static inline bool gk_clusters_supported(void)
