@@ -41,6 +41,7 @@ typedef GPU_RT(GraphExec_t) gpuGraphExec_t;
 #define gpuGetDevice GPU_RT(GetDevice)
 #define gpuDeviceGetAttribute GPU_RT(DeviceGetAttribute)
 #define gpuDevAttrMultiProcessorCount GPU_ENUM(DevAttrMultiProcessorCount)
+#define gpuDevAttrKernelExecTimeout GPU_ENUM(DevAttrKernelExecTimeout)
 #define gpuGetErrorString GPU_RT(GetErrorString)
 #define gpuGetLastError GPU_RT(GetLastError)
 #define gpuMalloc GPU_RT(Malloc)

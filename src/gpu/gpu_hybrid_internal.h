@@ -114,6 +114,7 @@ struct gpu_hybrid {
     int32_t *d_n_miss;
     uint32_t *d_counts;
     uint32_t *d_seq;         /* flag hand-off: the last request number */
+    unsigned long long handoff_ns; /* flag hand-off: the GPU's wait for a reply (hy_handoff_bound_ns) */
 
     void *pin_base;
     size_t pin_bytes;
@@ -238,6 +239,9 @@ bool hy_owns(const gpu_hybrid *hy, int e);
 bool hy_elsewhere(const gpu_hybrid *hy, int l, int e);
 void hy_count_h2d(gpu_hybrid *hy, uint64_t bytes);
 hydra_status hy_upload_tables(gpu_hybrid *hy, gpuStream_t s);
+
+/* gpu_hybrid_step.c */
+unsigned long long hy_handoff_bound_ns(void);
 
 /* gpu_hybrid_stage.c */
 size_t hy_stack_bytes(const gpu_hybrid *hy, int l, int p);

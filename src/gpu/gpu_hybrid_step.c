@@ -5,9 +5,27 @@
  */
 #include "gpu_hybrid_internal.h"
 
-/* The flag hand-off's bound: a reply later than this is a failure of the
- * step (a CPU pass takes well under a millisecond), not a hang. */
-static const unsigned long long HANDOFF_TIMEOUT_NS = 2000000000ull;
+/* The flag hand-off's bound on the current device: a reply later than
+ * this fails the step instead of hanging it.  A CPU pass takes well under
+ * a millisecond, but it reads the missed experts from the mapped file, so
+ * a cold page cache behind a busy disk, or a loaded host, can hold it for
+ * seconds (on the lent host, hybrid tests failed at a 2 s bound while
+ * other test processes ran and another wrote 17 GiB: docs/PERFORMANCE.md,
+ * "CUDA decode, session 9: the router" and "... the combine without
+ * cluster barriers"): 30 s.  A device with a kernel run-time limit (a display's
+ * watchdog) would kill the waiting kernel first, taking the context with
+ * it: there the bound stays at 2 s. */
+unsigned long long hy_handoff_bound_ns(void)
+{
+    const unsigned long long watchdog_safe = 2000000000ull, patient = 30000000000ull;
+    int dev = 0, limited = 1;
+    if (gpuGetDevice(&dev) != gpuSuccess ||
+        gpuDeviceGetAttribute(&limited, gpuDevAttrKernelExecTimeout, dev) != gpuSuccess) {
+        (void)gpuGetLastError(); /* not known: the safe bound, and no error left for the next call */
+        return watchdog_safe;
+    }
+    return limited ? watchdog_safe : patient;
+}
 
 static hydra_status split_layer(gpu_session *g, gpu_hybrid *hy, int l, int n, const gk_norm_out *next)
 {
@@ -34,7 +52,7 @@ static hydra_status split_layer(gpu_session *g, gpu_hybrid *hy, int l, int n, co
     TRY_ST(gpu_experts_routed(g, l, hy->d_hits, n_routes));
     TRY(gk_hy_stamp(g->stream, hy->d.t1 + l), "hybrid stamp");
     if (flags)
-        TRY(gk_hy_wait(g->stream, hy->d_seq, hy->d.done, hy->d.err, HANDOFF_TIMEOUT_NS), "hybrid wait");
+        TRY(gk_hy_wait(g->stream, hy->d_seq, hy->d.done, hy->d.err, hy->handoff_ns), "hybrid wait");
     else
         TRY(GPU_RT(StreamWaitEvent)(g->stream, hy->ev_join, 0), "hybrid join");
     const gk_hy_combine_args c = {.hits = hy->d_hits, .y = g->y, .part = hy->d.part, .n_miss = hy->d_n_miss + l,
@@ -134,7 +152,7 @@ hydra_status gpu_hybrid_end_step(gpu_session *g)
     atomic_store(&hy->active, false);
     if (*(volatile int32_t *)hy->h.err != 0)
         return hydra_fail(HYDRA_ERR_IO, "hybrid: the CPU side did not answer a layer's hand-off within %.1f s",
-                          HANDOFF_TIMEOUT_NS / 1e9);
+                          hy->handoff_ns / 1e9);
     if (hy->step_split)
         record_times(hy);
     hy_update_scores(hy);
