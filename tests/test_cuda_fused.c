@@ -11,6 +11,7 @@
 #include "gpu/gpu_check_fused.h"
 #include "quant.h"
 #include "test.h"
+#include "gpu_test.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,9 +81,7 @@ static void select_ref(const gpu_router_check *c, const float *l, int32_t *exper
 
 TEST(cuda_router_topk_tail_matches_reference)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     enum { MAX_E = 256, MAX_C = 512, MAX_T = 8, MAX_K = 8 };
     static float gain[MAX_C];
     uint64_t gseed = 0x9E3779B97F4A7C15ull;
@@ -212,9 +211,7 @@ static void row_cases(test_ctx *t_, one_row_check check, const char *what, const
 
 TEST(cuda_staged_matvec_equals_quantize_then_matvec)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q5_K, QT_Q4_0, QT_IQ4_XS};
     /* 45 and 6 rows: a last warp with fewer than its 4 rows; 768
      * columns as Qwen3-30B-A3B's down projection (Q6_K rows of 630 bytes:
@@ -252,9 +249,7 @@ static void head_plain_case(test_ctx *t_, uint32_t type, int64_t rows, int64_t c
 
 TEST(cuda_head_matvec_equals_quantize_then_matvec)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     head_cases(t_, head_plain_case, 0x4EADull);
 }
 
@@ -290,9 +285,7 @@ static void head_norm_case(test_ctx *t_, uint32_t type, int64_t rows, int64_t co
 
 TEST(cuda_head_with_norm_equals_rmsnorm_then_matvec)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     head_cases(t_, head_norm_case, 0x4EAD2ull);
 }
 
@@ -301,9 +294,7 @@ TEST(cuda_head_with_norm_equals_rmsnorm_then_matvec)
  * the two beyond. */
 TEST(cuda_embed_norm_equals_embed_then_rmsnorm)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16, QT_F32};
     static const int64_t cols_of[] = {256, 2048, 4096, 8192};
     static const int n_toks[] = {1, 3, 9};
@@ -354,9 +345,7 @@ TEST(cuda_embed_norm_equals_embed_then_rmsnorm)
 
 TEST(cuda_rope_in_attention_equals_rope_then_attention)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     enum { MAX_DIM = 128, MAX_HEADS = 32, MAX_CTX = 512 };
     uint64_t seed = 0xA77E27ull;
     static float gain_q[MAX_DIM], gain_k[MAX_DIM], init[2 * MAX_CTX * 4 * MAX_DIM];
@@ -402,9 +391,7 @@ TEST(cuda_rope_in_attention_equals_rope_then_attention)
 
 TEST(cuda_mixed_qkv_launch_equals_one_launch_each)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const uint32_t pairs[][2] = {{QT_Q4_K, QT_Q6_K}, {QT_Q5_K, QT_Q6_K}};
     const int64_t rows[3] = {96, 32, 40}, cols = 512;
     uint64_t seed = 0x3C5A11EDull;

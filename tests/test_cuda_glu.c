@@ -11,6 +11,7 @@
 #include "gpu/gpu_check_glu.h"
 #include "quant.h"
 #include "test.h"
+#include "gpu_test.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,7 @@ static void glu_case(test_ctx *t_, uint32_t type, int64_t n_rows, int64_t n_cols
 
 TEST(cuda_glu_matvec_equals_gate_up_then_activation)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0};
     /* 768 x 2048 as Qwen3-30B-A3B's experts; 256 and 768 columns (8 and
      * 24 chunks: lanes with none), 2304 (72: a second, part-filled step);

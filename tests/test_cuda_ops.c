@@ -20,6 +20,7 @@
 #include "moe.h"
 #include "quant.h"
 #include "test.h"
+#include "gpu_test.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -131,9 +132,7 @@ static bool make_weights(case_data *c, const quant_traits *q, float *src, uint64
  * columns (an odd number of the matmul's 64-value steps). */
 TEST(cuda_linear_every_type_matches_reference)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     uint64_t seed = 0xD1B54A32D192ED03ull;
     case_data c = {0};
     float *src = malloc(sizeof(float) * ROWS * MAX_COLS);
@@ -188,13 +187,6 @@ TEST(cuda_linear_every_type_matches_reference)
 /* --- per-row kernels against the CPU's reference ops (kernels/cpu/ops.c,
  * src/moe.c), on random inputs: one behaviour per test.  The embedding
  * kernel is checked by test_cuda_quant.c (gpu_check_dequant). */
-
-#define REQUIRE_GPU()                                                                                          \
-    do {                                                                                                       \
-        const char *why_;                                                                                      \
-        if (!gpu_available(&why_))                                                                             \
-            SKIP("%s", why_);                                                                                  \
-    } while (0)
 
 static float *random_floats(uint64_t *seed, size_t n, float scale)
 {

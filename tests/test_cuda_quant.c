@@ -10,6 +10,7 @@
 #include "gpu/gpu.h"
 #include "quant.h"
 #include "test.h"
+#include "gpu_test.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -198,9 +199,7 @@ TEST(cuda_iq_host_decoders_bit_exact)
 
 TEST(cuda_iq_device_dequant_bit_exact)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     enum { ROWS = 5, N = 768 }; /* an odd row count, 3 super-blocks each */
     uint64_t seed = 0x94D049BB133111EBull;
     uint8_t *w = malloc((size_t)ROWS * N);
@@ -316,9 +315,7 @@ static const char *iq_check_matmul(const iq_case *c, int t, const float *y, char
 
 TEST(cuda_iq_matvec_and_matmul_match_cpu)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     /* one super-block and many; odd row counts crossing the kernels' 4-row
      * and 64-row tiles; 1 and 3 tokens for decode, 9 and 70 for prefill */
     static const struct {

@@ -10,6 +10,7 @@
 #include "quant.h"
 #include "test.h"
 #include "xorshift.h"
+#include "gpu_test.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -47,9 +48,7 @@ static bool same_bits(const float *a, const float *b, size_t n, size_t *at)
  * tiles, 67 and 5 rows the 64-row ones. */
 TEST(cuda_stacked_matmul_equals_one_launch_each)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const struct {
         uint32_t type[3];
         int64_t rows[3], cols;
@@ -97,9 +96,7 @@ TEST(cuda_stacked_matmul_equals_one_launch_each)
  * the float reference (dequantised weights . x, double). */
 TEST(cuda_column_halves_sum_to_the_whole)
 {
-    const char *why;
-    if (!gpu_available(&why))
-        SKIP("%s", why);
+    REQUIRE_GPU();
     static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q4_0};
     const int64_t rows = 67, cols = 1024;
     const int n_tok = 40;
