@@ -21,6 +21,8 @@
 #include "row_norm.cuh"
 #include "tail.cuh"
 
+#include <atomic>
+
 /* The attention output types of the launch: Q4_K_M's and Q5_K_M's (Q4_K,
  * Q5_K, Q6_K) and Q8_0. */
 #define AOR_TYPES(X) X(GQ_Q4_K) X(GQ_Q5_K) X(GQ_Q6_K) X(GQ_Q8_0)
@@ -29,17 +31,12 @@ enum {
     AOR_THREADS = GK_AOR_ROWS * GPU_WARP,
     AOR_MAX_CLUSTERS = GK_ROUTER_NORM_MAX / GK_AOR_SPAN,
     AOR_EXPERTS_PER = GK_TAIL_MAX_EXPERTS / AOR_THREADS, /* experts a thread */
-    AOR_PER = GK_ROUTER_NORM_MAX / AOR_THREADS,          /* values of x a thread in the tail */
-    /* gk_router_topk's normed cluster sums the squares over 512 threads, 4
-     * values each (value t + 512 k), then its 16 warps in order: the tail
-     * keeps that order (AOR_VIRT threads of it per thread), so xn, its 8-bit
-     * form and the scale have the router's bits */
-    AOR_ROUTER_THREADS = 512,
-    AOR_VIRT = AOR_ROUTER_THREADS / AOR_THREADS,
-    AOR_KEY_STRIDE = GK_TAIL_MAX_EXPERTS + 2, /* room for an odd count's zero */
+    AOR_RANK_UNROLL = 8,                                 /* 16-byte loads of keys in flight in the rank */
+    AOR_KEYS = GK_TAIL_MAX_EXPERTS,                      /* keys padded with zeros to 2 * AOR_RANK_UNROLL */
 };
-static_assert(AOR_PER == AOR_VIRT * (GK_ROUTER_NORM_MAX / AOR_ROUTER_THREADS), "the router's norm order");
-static_assert(GK_AOR_ROWS == 4, "a thread's router columns are one float4");
+static_assert(GK_AOR_SPAN == GPU_WARP, "a cluster's values of x are one warp's");
+static_assert(AOR_MAX_CLUSTERS <= 2 * GPU_WARP, "a cluster's sum of squares is 2 a lane");
+static_assert(AOR_KEYS % (2 * AOR_RANK_UNROLL) == 0, "whole rounds of keys");
 
 /* Row r of x's increment: wo's row r . att, as k_matvec_q<T, false, 1>
  * sums it (two chunks a lane a step, both decoded first; the warp's
@@ -70,44 +67,33 @@ static __device__ __forceinline__ float aor_row(const gk_mat &w, int64_t r, cons
     return warp_sum(acc);
 }
 
-/* The tail's shared memory (one block). */
-struct aor_tail_smem {
-    float y[GK_ROUTER_NORM_MAX]; /* the normed row */
-    float prob[GK_TAIL_MAX_EXPERTS];
-    unsigned long long key[AOR_KEY_STRIDE];
-    int picked_e[GK_TAIL_MAX_USED];
-    float picked_p[GK_TAIL_MAX_USED];
-    double red[AOR_ROUTER_THREADS / GPU_WARP];
+/* The scratch (gk_aor's partial): each cluster's sum of squares, then the
+ * launch's epoch word and scale, then each cluster's partial logits. */
+struct aor_scratch {
+    double *sq;
+    unsigned int *epoch; /* any value; the last first block adds 1 once the scale is in */
+    float *scale;
+    float *partial;
 };
 
-/* The RMSNorm's scale of x (v[k] holds value tid + AOR_THREADS k) in the
- * router's order: value t + 512 j's square summed by its thread (j in
- * order), its warp's butterfly, then the 16 warps in order. */
-static __device__ float aor_scale(const float *v, int64_t n, float eps, double *red)
+static __device__ aor_scratch aor_scratch_of(float *base, int n_clusters)
 {
-    constexpr int per = GK_ROUTER_NORM_MAX / AOR_ROUTER_THREADS;
-    double s[AOR_VIRT];
-#pragma unroll
-    for (int j = 0; j < AOR_VIRT; j++) { /* virtual thread tid + AOR_THREADS j holds v[j + AOR_VIRT k] */
-        s[j] = 0.0;
-#pragma unroll
-        for (int k = 0; k < per; k++)
-            s[j] += (double)v[j + AOR_VIRT * k] * v[j + AOR_VIRT * k];
-    }
-    for (int m = GPU_WARP / 2; m > 0; m /= 2)
-#pragma unroll
-        for (int j = 0; j < AOR_VIRT; j++)
-            s[j] += gpu_shfl_xor(s[j], m);
-    if (threadIdx.x % GPU_WARP == 0)
-#pragma unroll
-        for (int j = 0; j < AOR_VIRT; j++)
-            red[threadIdx.x / GPU_WARP + (AOR_THREADS / GPU_WARP) * j] = s[j];
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < AOR_ROUTER_THREADS / GPU_WARP; w++)
-        total += red[w];
-    return norm_scale(total, n, eps);
+    aor_scratch sc;
+    sc.sq = (double *)base;
+    sc.epoch = (unsigned int *)(sc.sq + n_clusters);
+    sc.scale = (float *)(sc.epoch + 1);
+    sc.partial = sc.scale + 1;
+    return sc;
 }
+
+/* The tail's shared memory (one block). */
+struct aor_tail_smem {
+    float prob[GK_TAIL_MAX_EXPERTS]; /* logits, then probabilities */
+    unsigned long long key[AOR_KEYS];
+    int picked_e[GK_TAIL_MAX_USED];
+    float picked_p[GK_TAIL_MAX_USED];
+    float scale;
+};
 
 /* The sum of expert e's partials over the clusters, in cluster order,
  * their loads all in flight (through L2: other blocks wrote them). */
@@ -125,47 +111,89 @@ static __device__ float aor_partials(const float *partial, int n_clusters, int n
     return s;
 }
 
-/* Warps 1.. : the normed row's 8-bit form, Q8_GROUP chunks a warp at a
- * time (a chunk quantised on its own: the bytes of norm_regs_apply). */
-static __device__ void aor_q8(const float *y, int64_t n, const gk_norm_out &norm)
+/* Warp 0: the RMSNorm's scale from the clusters' sums of squares (lane l
+ * adds those of clusters l and l + 32, then the butterfly: a fixed order). */
+static __device__ float aor_scale(const double *sq, int n_clusters, int64_t n, float eps)
 {
-    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP, others = AOR_THREADS / GPU_WARP - 1;
-    const int n_chunks = (int)(n / GPU_WARP), n_groups = (n_chunks + Q8_GROUP - 1) / Q8_GROUP;
-    for (int gi = warp - 1; gi < n_groups; gi += others) {
-        const int c0 = gi * Q8_GROUP, live = n_chunks - c0 < Q8_GROUP ? n_chunks - c0 : Q8_GROUP;
-        float v[Q8_GROUP];
+    const int lane = threadIdx.x % GPU_WARP;
+    double s = lane < n_clusters ? __ldcg(sq + lane) : 0.0;
+    if (lane + GPU_WARP < n_clusters)
+        s += __ldcg(sq + lane + GPU_WARP);
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        s += gpu_shfl_xor(s, m);
+    return norm_scale(s, n, eps);
+}
+
+/* Warp 0 of a cluster's first block: its GK_AOR_SPAN values of the normed
+ * row (xv, lane l's value l) and their 8-bit form, one chunk of 32
+ * (quantised on its own, as norm_regs_apply's chunks).  Every first block
+ * writes its own: one block writing the whole row (2048 values, the 8-bit
+ * bytes and scales) spent ~9 us draining its stores. */
+static __device__ void aor_chunk_normed(const gk_norm_out &norm, int cluster, float xv, float scale)
+{
+    const int64_t i = (int64_t)cluster * GK_AOR_SPAN + threadIdx.x % GPU_WARP;
+    const float y = xv * scale * (norm.gain != NULL ? norm.gain[i] : 1.0f);
+    norm.y[i] = y;
+    q8_warp_store(y, norm.q + (int64_t)cluster * GK_AOR_SPAN, norm.meta + 4 * cluster);
+}
+
+/* Expert e's rank: the count of larger keys (tk_key64: a larger
+ * probability, or an equal one and a lower id), AOR_RANK_UNROLL 16-byte
+ * loads in flight at a time, every lane reading the same key (a
+ * broadcast); the picks of rank < n_used.  A thread an expert: one warp
+ * per SM sub-partition leaves no other warp to hide a load's latency, so
+ * the loads are unrolled (tail.cuh's topk_rank_block, four threads a pair,
+ * took 5.3 us here). */
+static __device__ void aor_rank(aor_tail_smem &sm, int n_expert, int n_used)
+{
+    const ulonglong2 *kp = (const ulonglong2 *)sm.key;
+    const int n_rounds = (n_expert + 2 * AOR_RANK_UNROLL - 1) / (2 * AOR_RANK_UNROLL);
+    for (int e = (int)threadIdx.x; e < n_expert; e += AOR_THREADS) {
+        const unsigned long long mine = sm.key[e];
+        int before = 0;
+        for (int r = 0; r < n_rounds; r++) {
+            ulonglong2 q[AOR_RANK_UNROLL];
 #pragma unroll
-        for (int k = 0; k < Q8_GROUP; k++)
-            v[k] = k < live ? y[(c0 + k) * GPU_WARP + lane] : 0.0f;
-        q8_warp_store_k<Q8_GROUP>(v, live, norm.q, norm.meta, (int64_t)c0 * GPU_WARP, GPU_WARP);
+            for (int k = 0; k < AOR_RANK_UNROLL; k++)
+                q[k] = kp[r * AOR_RANK_UNROLL + k];
+#pragma unroll
+            for (int k = 0; k < AOR_RANK_UNROLL; k++)
+                before += (q[k].x > mine) + (q[k].y > mine);
+        }
+        if (before < n_used) {
+            sm.picked_e[before] = e;
+            sm.picked_p[before] = sm.prob[e];
+        }
     }
 }
 
-/* The last cluster's first block: the norm, the logits, the top-k. */
-static __device__ void aor_tail(const gk_aor &a, int n_clusters)
+/* The last cluster's first block: the scale, published for the other
+ * first blocks (aor_await_scale), its own values of the normed row, the
+ * logits, the top-k. */
+static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_clusters, int cluster, float xv)
 {
     __shared__ __align__(16) aor_tail_smem sm;
     const gk_gating &g = a.tail.gating;
-    const int64_t n = a.router.n_cols;
     const int n_expert = g.n_expert, warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    float v[AOR_PER], gn[AOR_PER];
-    norm_regs_load<AOR_PER>(a.x, n, a.norm.gain, v, gn);
     float raw[AOR_EXPERTS_PER];
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
         const int e = (int)threadIdx.x + AOR_THREADS * j;
-        raw[j] = e < n_expert ? aor_partials(a.partial, n_clusters, n_expert, e) : 0.0f;
+        raw[j] = e < n_expert ? aor_partials(sc.partial, n_clusters, n_expert, e) : 0.0f;
     }
-    const float scale = aor_scale(v, n, a.norm.eps, sm.red);
-#pragma unroll
-    for (int k = 0; k < AOR_PER; k++) {
-        const int64_t i = threadIdx.x + (int64_t)AOR_THREADS * k;
-        if (i < n) {
-            const float y = v[k] * scale * gn[k];
-            a.norm.y[i] = y;
-            sm.y[i] = y;
+    if (warp == 0) {
+        const float scale = aor_scale(sc.sq, n_clusters, a.router.n_cols, a.norm.eps);
+        if (lane == 0) {
+            *sc.scale = scale;
+            __threadfence();
+            atomicAdd(sc.epoch, 1u);
+            sm.scale = scale;
         }
     }
+    for (int e = (int)threadIdx.x; e < AOR_KEYS; e += AOR_THREADS)
+        sm.key[e] = 0; /* the padding ranks below every key */
+    __syncthreads();
+    const float scale = sm.scale;
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
         const int e = (int)threadIdx.x + AOR_THREADS * j;
@@ -187,16 +215,29 @@ static __device__ void aor_tail(const gk_aor &a, int n_clusters)
                 sm.key[e] = tk_key64(p[j], e);
             }
         }
-        if (lane == 0)
-            sm.key[n_expert] = 0; /* an odd count's pair */
-    } else {
-        aor_q8(sm.y, n, a.norm);
+    } else if (warp == 1) {
+        aor_chunk_normed(a.norm, cluster, xv, scale);
     }
     __syncthreads();
-    topk_rank_block(sm.key, AOR_KEY_STRIDE, sm.prob, GK_TAIL_MAX_EXPERTS, 1, n_expert, g.n_used, sm.picked_e,
-                    sm.picked_p, GK_TAIL_MAX_USED);
+    aor_rank(sm, n_expert, g.n_used);
     __syncthreads();
     topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
+}
+
+/* Warp 0 of the other first blocks: until the last one has published the
+ * scale (the epoch word moved from what it was before this block counted
+ * itself), then their values of the normed row.  A first block waits here
+ * only for blocks that are running or can start: the others exit without
+ * waiting, so every cluster gets room. */
+static __device__ void aor_await_scale(const gk_aor &a, const aor_scratch &sc, unsigned int epoch0, int cluster,
+                                       float xv)
+{
+    if (threadIdx.x == 0)
+        while (*(volatile unsigned int *)sc.epoch == epoch0)
+            ;
+    __syncwarp();
+    __threadfence();
+    aor_chunk_normed(a.norm, cluster, xv, __ldcg(sc.scale));
 }
 
 template <int T>
@@ -254,7 +295,8 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         return;
     __syncthreads(); /* this block's own */
     cla_wait(&landed);
-    const int cluster = (int)(blockIdx.x / n_blocks);
+    const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
+    const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
         const int e = (int)threadIdx.x + AOR_THREADS * j;
@@ -263,31 +305,78 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         float s = 0.0f;
         for (unsigned b = 0; b < n_blocks; b++)
             s += got[b][e];
-        a.partial[(int64_t)cluster * n_expert + e] = s;
+        sc.partial[(int64_t)cluster * n_expert + e] = s;
     }
-    if (threadIdx.x < n_blocks * GK_AOR_ROWS)
-        a.x[(int64_t)cluster * n_blocks * GK_AOR_ROWS + threadIdx.x] =
-            got_x[threadIdx.x / GK_AOR_ROWS][threadIdx.x % GK_AOR_ROWS];
-    if (gk_last_block(a.tail.counter, gridDim.x / n_blocks))
-        aor_tail(a, (int)(gridDim.x / n_blocks));
+    const float xv = got_x[lane / GK_AOR_ROWS][lane % GK_AOR_ROWS]; /* the cluster's values of x, one a lane */
+    if (warp == 0) {
+        a.x[(int64_t)cluster * GK_AOR_SPAN + lane] = xv;
+        double sq = (double)xv * xv;
+        for (int m = GPU_WARP / 2; m > 0; m /= 2)
+            sq += gpu_shfl_xor(sq, m);
+        if (lane == 0)
+            sc.sq[cluster] = sq;
+    }
+    const unsigned int epoch0 = threadIdx.x == 0 ? *(volatile unsigned int *)sc.epoch : 0; /* before the count */
+    if (gk_last_block(a.tail.counter, n_clusters))
+        aor_tail(a, sc, n_clusters, cluster, xv);
+    else if (warp == 0)
+        aor_await_scale(a, sc, epoch0, cluster, xv);
 }
 
-static bool aor_typed(uint32_t type)
+/* The most clusters of the instance for type T that the current device
+ * holds at once, asked once per device (0: none known).  The first blocks
+ * that wait for the scale (aor_await_scale) need every cluster resident
+ * or able to start: a grid of at most this many clusters is. */
+enum { AOR_DEVICES = 16 };
+template <int T> static int aor_max_clusters(void)
 {
-#define AOR_IS_(T) if (type == T) return true;
-    AOR_TYPES(AOR_IS_)
-#undef AOR_IS_
-    return false;
+#if defined(HYDRA_HIP)
+    return 0;
+#else
+    static std::atomic<int> known[AOR_DEVICES]; /* 0: not asked yet, -1: none */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev >= AOR_DEVICES) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (known[dev].load() != 0)
+        return known[dev].load() > 0 ? known[dev].load() : 0;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = GK_AOR_CLUSTER;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(GK_AOR_CLUSTER);
+    cfg.blockDim = dim3(AOR_THREADS);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, k_attn_out_router<T>, &cfg) != cudaSuccess || fit < 1) {
+        (void)cudaGetLastError(); /* no answer is an answer: not the next call's error */
+        fit = -1;
+    }
+    known[dev].store(fit);
+    return fit > 0 ? fit : 0;
+#endif
+}
+
+static int aor_clusters_fit(uint32_t type)
+{
+#define AOR_FIT_(T) if (type == T) return aor_max_clusters<T>();
+    AOR_TYPES(AOR_FIT_)
+#undef AOR_FIT_
+    return 0;
 }
 
 extern "C" bool gk_attn_out_router_fits(const gk_mat *wo, const gk_mat *router, const gk_gating *g)
 {
     const int64_t n = router->n_cols;
-    return gk_clusters_supported() && aor_typed(wo->type) && wo->n_rows == n && wo->n_cols % 32 == 0 &&
+    return gk_clusters_supported() && wo->n_rows == n && wo->n_cols % 32 == 0 &&
            router->type == GQ_F32 && router->n_rows == g->n_expert && router->row_bytes % 16 == 0 &&
            (uintptr_t)router->data % 16 == 0 && n % GK_AOR_SPAN == 0 && n <= GK_ROUTER_NORM_MAX &&
            g->n_expert >= 1 && g->n_expert <= GK_TAIL_MAX_EXPERTS && g->n_used >= 1 &&
-           g->n_used <= GK_TAIL_MAX_USED && g->n_used <= g->n_expert;
+           g->n_used <= GK_TAIL_MAX_USED && g->n_used <= g->n_expert && aor_clusters_fit(wo->type) >= n / GK_AOR_SPAN;
 }
 
 extern "C" int gk_attn_out_router(gpuStream_t s, const gk_aor *a, const gk_act *att)

@@ -10,13 +10,17 @@
  * added its GK_AOR_ROWS values of x, dots them (times the gain) with the
  * router's matching columns for every expert; the blocks of a cluster of
  * GK_AOR_CLUSTER sum these partials in rank order in their first block,
- * which writes the cluster's GK_AOR_SPAN values of x and its partial; the
- * last first block to finish sums the clusters' partials in cluster order
- * (fixed orders, no float atomics: the same bits every run), norms x
- * (gk_router_topk's bits for xn, its 8-bit form and the scale) and selects
- * the experts as the router's tail does.  The logits are the same terms
- * summed in another order (and scaled once at the end), so they match
- * gk_router_topk's to float rounding, and the routes except at near-ties.
+ * which writes the cluster's GK_AOR_SPAN values of x, their sum of squares
+ * and the cluster's partials; the last first block to finish sums the
+ * clusters' partials and squares in cluster order (fixed orders, no float
+ * atomics: the same bits every run), publishes the norm's scale, and
+ * selects the experts as the router's tail does, while every first block
+ * writes its values of xn and their 8-bit form.  x has the bits of
+ * the attention output's own launch; the logits are the same terms summed
+ * in another order (and scaled once at the end), so they match
+ * gk_router_topk's to float rounding, and the routes except at near-ties;
+ * the norm's sum of squares too (in double, so xn nearly always has the
+ * router's bits).
  */
 #ifndef HYDRA_CUDA_ATTN_OUT_ROUTER_H
 #define HYDRA_CUDA_ATTN_OUT_ROUTER_H
@@ -38,7 +42,7 @@ typedef struct gk_aor {
     float *logits;         /* n_expert values out */
     gk_tail tail;          /* counter (zero between launches), gating, routes */
     gk_norm_out norm;      /* the FFN norm: gain, eps; y, q, meta out (q, meta not NULL) */
-    float *partial;        /* scratch: n_embd / GK_AOR_SPAN rows of n_expert floats */
+    float *partial;        /* scratch, 8-byte aligned: gk_attn_out_router_scratch floats */
 } gk_aor;
 
 /* Whether the launch takes these shapes: clusters on the device, wo of a
@@ -47,6 +51,13 @@ typedef struct gk_aor {
  * GK_AOR_SPAN up to GK_ROUTER_NORM_MAX, the gating within the tail's
  * limits. */
 bool gk_attn_out_router_fits(const gk_mat *wo, const gk_mat *router, const gk_gating *g);
+
+/* The scratch floats of a launch: each cluster's sum of squares (a
+ * double) and partial logits, and two words. */
+static inline int64_t gk_attn_out_router_scratch(int64_t n_embd, int n_expert)
+{
+    return n_embd / GK_AOR_SPAN * (2 + (int64_t)n_expert) + 2;
+}
 
 /* The launch over the attention output's 8-bit form att (one row of
  * wo.n_cols: att->q, att->meta). */

@@ -128,7 +128,7 @@ hydra_status gpu_check_attn_out_router(const gpu_aor_check *c, const gpu_aor_in 
         [AO_GAIN] = {.in = in->gain, .bytes = fe},
         [AO_WO_BIAS] = {.in = in->wo_bias, .bytes = fe},
         [AO_R_BIAS] = {.in = in->router_bias, .bytes = sizeof(float) * (size_t)c->n_expert},
-        [AO_PARTIAL] = {.bytes = sizeof(float) * (size_t)(c->n_embd / GK_AOR_SPAN + 1) * (size_t)c->n_expert},
+        [AO_PARTIAL] = {.bytes = sizeof(float) * (size_t)gk_attn_out_router_scratch(c->n_embd, c->n_expert)},
     };
     side_bufs(b + AO_REF, c, in->x, ref, routes);
     side_bufs(b + AO_FUSED, c, in->x, x.fits ? fused : &(gpu_aor_out){0}, routes + c->n_used);

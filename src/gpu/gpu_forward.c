@@ -466,9 +466,9 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
  * router_norms case, plain attention (its output's 8-bit form), shapes the
  * launch takes (so a quantised attention output: with the rest, the
  * attention's launch wrote its 8-bit form, att_q8), and room for its
- * partial logits in g->y (n_embd /
- * GK_AOR_SPAN rows of n_expert; g->y holds n_used rows of n_embd at least
- * and is free until the experts' down projection).  Not in a tensor
+ * partial sums in g->y (gk_attn_out_router_scratch; g->y holds n_used
+ * rows of n_embd at least and is free until the experts' down
+ * projection).  Not in a tensor
  * split, whose x is a partial sum until the all-reduce.  Else the two
  * launches, attention output then router. */
 static bool routes_in_attn_out(const gpu_session *g, int l, int n)
@@ -478,7 +478,7 @@ static bool routes_in_attn_out(const gpu_session *g, int l, int n)
     const gk_gating gating = gating_of(g->w);
     const bool plain = gw_at(gw, l, W_ATTN_SINKS)->data == NULL && g->w->layer[l].window == 0;
     return router_norms(g, l, n) && g->mla == NULL && !g->o.tensor_part && plain && hp->head_dim_v % 32 == 0 &&
-           (int64_t)gating.n_expert * (hp->n_embd / GK_AOR_SPAN) <= (int64_t)gating.n_used * hp->n_embd &&
+           gk_attn_out_router_scratch(hp->n_embd, gating.n_expert) <= (int64_t)gating.n_used * hp->n_embd &&
            gk_attn_out_router_fits(gw_at(gw, l, W_ATTN_OUT), gw_at(gw, l, W_MOE_ROUTER), &gating);
 }
 
