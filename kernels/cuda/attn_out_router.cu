@@ -167,9 +167,10 @@ static __device__ void aor_rank(aor_tail_smem &sm, int n_expert, int n_used)
     }
 }
 
-/* The last cluster's first block: the scale, published for the other
- * first blocks (aor_await_scale), its own values of the normed row, the
- * logits, the top-k. */
+/* The last cluster's first block: the scale, the logits, the top-k, and
+ * (warp 1, while warp 0 takes the probabilities) the scale published for
+ * the other first blocks (aor_await_scale) and its own values of the
+ * normed row: a fence on warp 0's path before the logits cost ~1 us. */
 static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_clusters, int cluster, float xv)
 {
     __shared__ __align__(16) aor_tail_smem sm;
@@ -183,12 +184,8 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     }
     if (warp == 0) {
         const float scale = aor_scale(sc.sq, n_clusters, a.router.n_cols, a.norm.eps);
-        if (lane == 0) {
-            *sc.scale = scale;
-            __threadfence();
-            atomicAdd(sc.epoch, 1u);
+        if (lane == 0)
             sm.scale = scale;
-        }
     }
     for (int e = (int)threadIdx.x; e < AOR_KEYS; e += AOR_THREADS)
         sm.key[e] = 0; /* the padding ranks below every key */
@@ -215,7 +212,12 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
                 sm.key[e] = tk_key64(p[j], e);
             }
         }
-    } else if (warp == 1) {
+    } else if (warp == 1) { /* the fence off warp 0's path */
+        if (lane == 0) {
+            *sc.scale = scale;
+            __threadfence();
+            atomicAdd(sc.epoch, 1u);
+        }
         aor_chunk_normed(a.norm, cluster, xv, scale);
     }
     __syncthreads();
@@ -265,6 +267,11 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         gain[k] = a.norm.gain != NULL ? a.norm.gain[r0 + k] : 1.0f;
     cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     gpu_pdl_wait();
+    const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
+    const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
+    /* the epoch before this block counts itself (aor_await_scale), its load
+     * under the dots; the word moves only once every first block has counted */
+    const unsigned int epoch0 = rank == 0 && threadIdx.x == 0 ? *(volatile unsigned int *)sc.epoch : 0;
     const float v = aor_row<T>(a.wo, r0 + warp, aq, ameta);
     gpu_pdl_trigger(); /* left: the partials, the sums, the tail */
     if (lane == 0) {
@@ -295,8 +302,6 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         return;
     __syncthreads(); /* this block's own */
     cla_wait(&landed);
-    const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
-    const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
         const int e = (int)threadIdx.x + AOR_THREADS * j;
@@ -316,7 +321,6 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         if (lane == 0)
             sc.sq[cluster] = sq;
     }
-    const unsigned int epoch0 = threadIdx.x == 0 ? *(volatile unsigned int *)sc.epoch : 0; /* before the count */
     if (gk_last_block(a.tail.counter, n_clusters))
         aor_tail(a, sc, n_clusters, cluster, xv);
     else if (warp == 0)
