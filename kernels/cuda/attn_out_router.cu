@@ -11,8 +11,15 @@
  * rows for its experts, loaded before the wait for the previous launch (they
  * do not depend on it).  A block's partials and its new x values go into
  * its cluster's first block by st.async (cluster_async.cuh: no cluster
- * barrier on the path), which sums them in rank order; the last first
- * block to finish (tail.cuh's fence-then-count) takes the tail.
+ * barrier on the path), which sums them in rank order and writes them,
+ * its cluster's values of x and their sum of squares.  The last first block
+ * to finish (tail.cuh's fence-then-count) sums the clusters' partials, the
+ * norm's scale, the logits and the top-k; it publishes the scale (a word in
+ * the scratch moves), and every first block writes its cluster's values of
+ * the normed row: spread, their stores cost little (one block storing the
+ * whole row and its 8-bit form held the tail up by ~9 us).  tg128 on the
+ * H200 448 -> 461 t/s; the launch 11.5 us under ncu against 5.7 + 8.4 for
+ * the two it replaces.
  */
 #include "attn_out_router.h"
 
@@ -140,10 +147,14 @@ static __device__ void aor_chunk_normed(const gk_norm_out &norm, int cluster, fl
 /* Expert e's rank: the count of larger keys (tk_key64: a larger
  * probability, or an equal one and a lower id), AOR_RANK_UNROLL 16-byte
  * loads in flight at a time, every lane reading the same key (a
- * broadcast); the picks of rank < n_used.  A thread an expert: one warp
- * per SM sub-partition leaves no other warp to hide a load's latency, so
- * the loads are unrolled (tail.cuh's topk_rank_block, four threads a pair,
- * took 5.3 us here). */
+ * broadcast); the picks of rank < n_used: tail.cuh's topk_rank_block's
+ * choice.  A thread an expert, its loads unrolled, for a block of 4 warps:
+ * one warp per SM sub-partition leaves no other warp to hide a load's
+ * latency.  (0.8 us for 128 experts on the H200; topk_rank_block took 5.3
+ * us here, but behind the normed row's stores then in the tail, which
+ * later measured to hold this phase up too: not compared alone;
+ * docs/PERFORMANCE.md, "CUDA decode, session 10: the router in the
+ * attention output".) */
 static __device__ void aor_rank(aor_tail_smem &sm, int n_expert, int n_used)
 {
     const ulonglong2 *kp = (const ulonglong2 *)sm.key;
@@ -345,23 +356,9 @@ template <int T> static int aor_max_clusters(void)
     }
     if (known[dev].load() != 0)
         return known[dev].load() > 0 ? known[dev].load() : 0;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = GK_AOR_CLUSTER;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(GK_AOR_CLUSTER);
-    cfg.blockDim = dim3(AOR_THREADS);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int fit = 0;
-    if (cudaOccupancyMaxActiveClusters(&fit, k_attn_out_router<T>, &cfg) != cudaSuccess || fit < 1) {
-        (void)cudaGetLastError(); /* no answer is an answer: not the next call's error */
-        fit = -1;
-    }
-    known[dev].store(fit);
-    return fit > 0 ? fit : 0;
+    const int fit = gk_max_clusters(k_attn_out_router<T>, GK_AOR_CLUSTER, AOR_THREADS);
+    known[dev].store(fit > 0 ? fit : -1);
+    return fit;
 #endif
 }
 
