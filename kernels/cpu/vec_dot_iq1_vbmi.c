@@ -218,7 +218,13 @@ IQ1_INLINE __m128 iq1_d4(const __m512i words[SIMD_ROWS])
  * block, so most of them split cache lines), the four totals reduced
  * together, and the float step runs in the four lanes of one vector: lane r
  * does row r's fmaf(dw * d_a, total, acc) of iq1_step, the same roundings
- * in the same order, so out[r] equals iq1s_dot of row r bit for bit. */
+ * in the same order, so out[r] equals iq1s_dot of row r bit for bit.
+ * The four rows are four short streams that end where the next group's
+ * begin; each row prefetches the same position of the next group, as
+ * vec_dot_x86.inc's x86_b32_rows does (with iq1s_dot's 1 KiB ahead instead,
+ * one thread read 2.2-3.9 GB/s from memory against 4.4-4.6 for iq1s_dot, in
+ * cache 3.5-5.0 against 4.3-4.5: docs/PERFORMANCE.md, "IQ kernels, session
+ * 10"). */
 static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_stride, const void *a)
 {
     const uint8_t *w8 = w;
@@ -232,7 +238,7 @@ static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_strid
         _Pragma("GCC unroll 4")
         for (int r = 0; r < SIMD_ROWS; r++) {
             const block_iq1_s *b = (const block_iq1_s *)(w8 + (size_t)r * row_stride) + i;
-            _mm_prefetch((const char *)b + 1024, _MM_HINT_T0); /* as iq1s_dot */
+            _mm_prefetch((const char *)b + SIMD_ROWS * row_stride, _MM_HINT_T0); /* see above */
             words[r] = iq1_load_words(b);
             lanes[r] = iq1s_super_act(words[r], act, bsums);
         }
