@@ -221,10 +221,10 @@ IQ1_INLINE __m128 iq1_d4(const __m512i words[SIMD_ROWS])
  * in the same order, so out[r] equals iq1s_dot of row r bit for bit.
  * The four rows are four short streams that end where the next group's
  * begin; each row prefetches the same position of the next group, as
- * vec_dot_x86.inc's x86_b32_rows does (with iq1s_dot's 1 KiB ahead instead,
- * one thread read 2.2-3.9 GB/s from memory against 4.4-4.6 for iq1s_dot, in
- * cache 3.5-5.0 against 4.3-4.5: docs/PERFORMANCE.md, "IQ kernels, session
- * 10"). */
+ * vec_dot_x86.inc's x86_b32_rows does: with iq1s_dot's 1 KiB ahead
+ * instead, 32 threads read 70-76 GB/s from memory against one row at a
+ * time's 80-84 although they ran 1.14x faster in cache; with the next
+ * group's position 83-94 (docs/PERFORMANCE.md, "IQ kernels, session 10"). */
 static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_stride, const void *a)
 {
     const uint8_t *w8 = w;
