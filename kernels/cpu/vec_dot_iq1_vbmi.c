@@ -28,6 +28,10 @@
  * step), so it equals the other sets' and the reference's; the float step
  * is gemm_x86_tokens.inc's one-token step (acc + (dw * d_a) * total, one
  * fused multiply-add), so vec_dot equals the AVX2 set's bit for bit.
+ * A GEMV takes SIMD_ROWS rows a call (vec_dot_rows): one super-block of each
+ * a step, the activations loaded once for the four, their totals reduced
+ * together and the four float steps in one vector, each lane the scalar
+ * step's roundings (docs/PERFORMANCE.md, "IQ kernels, session 10").
  * Several tokens (gemm) go to the AVX-512 set's kernel, whose outputs equal
  * its vec_dot and so this one's.
  */
@@ -114,27 +118,50 @@ IQ1_INLINE __m512i iq1_gather(__m256i idx)
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
-IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
+/* One super-block (its 25 words) against activations in registers (act: the
+ * 256 qs as 4 x 64 bytes; bsums: the 16 block sums): 16 int32 lanes whose
+ * sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super_act(__m512i words, const __m512i act[4], __m256i bsums)
 {
-    const __m512i words = _mm512_maskz_loadu_epi8(IQ1_BLOCK_BYTES, b);
     const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
     const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
                           iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
     const __m256i lsign = _mm256_srli_epi16(
         _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.qh_pairs), words)), 12);
     const __m256i bsum = _mm256_madd_epi16(_mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor)),
-                                           _mm256_loadu_si256((const __m256i *)y->bsums));
+                                           bsums);
     const __m512i scale = _mm512_castsi256_si512(
         _mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.grid_factor)));
     __m512i dot[4];
     _Pragma("GCC unroll 4")
     for (int p = 0; p < 4; p++)
-        dot[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[p], _mm512_loadu_si512(y->qs + 64 * p));
+        dot[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[p], act[p]);
     const __m512i t = _mm512_dpwssd_epi32(_mm512_zextsi256_si512(bsum), _mm512_packs_epi32(dot[0], dot[1]),
                                           _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[0]), scale));
     return _mm512_dpwssd_epi32(t, _mm512_packs_epi32(dot[2], dot[3]),
                                _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[1]), scale));
+}
+
+IQ1_INLINE __m512i iq1_load_words(const block_iq1_s *b)
+{
+    return _mm512_maskz_loadu_epi8(IQ1_BLOCK_BYTES, b);
+}
+
+IQ1_INLINE void iq1_load_act(const block_q8_K *y, __m512i act[4], __m256i *bsums)
+{
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
+        act[p] = _mm512_loadu_si512(y->qs + 64 * p);
+    *bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+}
+
+/* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
+{
+    __m512i act[4];
+    __m256i bsums;
+    iq1_load_act(y, act, &bsums);
+    return iq1s_super_act(iq1_load_words(b), act, bsums);
 }
 
 /* gemm_x86_tokens.inc's one-token float step: acc + (dw * d_a) * total, one
@@ -164,8 +191,65 @@ static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
     *out = acc;
 }
 
-/* One token: this set's vec_dot per row; more: the AVX-512 set's kernel
- * (the same outputs, see above). */
+/* SIMD_ROWS rows' lanes (one super-block each) to their four totals, row r
+ * in dword r: dwords of two rows interleaved and added (each 128-bit lane
+ * then holds both rows' partial sums), then qwords of the two pairs, then
+ * the four 128-bit lanes.  13 vector ops for four rows, against 18 for two
+ * vbmi_totals2 (plus the three extractions of their floats). */
+IQ1_INLINE __m128i iq1_totals4(const __m512i s[SIMD_ROWS])
+{
+    const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The four rows' d (word 0 of each row's words) as floats, row r in float r. */
+IQ1_INLINE __m128 iq1_d4(const __m512i words[SIMD_ROWS])
+{
+    const __m128i d01 = _mm_unpacklo_epi16(_mm512_castsi512_si128(words[0]), _mm512_castsi512_si128(words[1]));
+    const __m128i d23 = _mm_unpacklo_epi16(_mm512_castsi512_si128(words[2]), _mm512_castsi512_si128(words[3]));
+    return _mm_cvtph_ps(_mm_unpacklo_epi32(d01, d23));
+}
+
+/* SIMD_ROWS rows at once, one super-block of each a step: the activations
+ * are loaded once for all four rows (64-byte loads at offset 4 of a 292-byte
+ * block, so most of them split cache lines), the four totals reduced
+ * together, and the float step runs in the four lanes of one vector: lane r
+ * does row r's fmaf(dw * d_a, total, acc) of iq1_step, the same roundings
+ * in the same order, so out[r] equals iq1s_dot of row r bit for bit.
+ * The four rows are four short streams that end where the next group's
+ * begin; each row prefetches the same position of the next group, as
+ * vec_dot_x86.inc's x86_b32_rows does: with iq1s_dot's 1 KiB ahead
+ * instead, 32 threads read 70-76 GB/s from memory against one row at a
+ * time's 80-84 although they ran 1.14x faster in cache; with the next
+ * group's position 83-94 (docs/PERFORMANCE.md, "IQ kernels, session 10"). */
+static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_stride, const void *a)
+{
+    const uint8_t *w8 = w;
+    const block_q8_K *y = a;
+    const int64_t nb = n / QK_K;
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i act[4], words[SIMD_ROWS], lanes[SIMD_ROWS];
+        __m256i bsums;
+        iq1_load_act(y + i, act, &bsums);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < SIMD_ROWS; r++) {
+            const block_iq1_s *b = (const block_iq1_s *)(w8 + (size_t)r * row_stride) + i;
+            _mm_prefetch((const char *)b + SIMD_ROWS * row_stride, _MM_HINT_T0); /* see above */
+            words[r] = iq1_load_words(b);
+            lanes[r] = iq1s_super_act(words[r], act, bsums);
+        }
+        const __m128 dw = _mm_mul_ps(iq1_d4(words), _mm_set1_ps(0.125f));
+        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(iq1_totals4(lanes)), acc);
+    }
+    _mm_storeu_ps(out, acc);
+}
+
+/* One token: this set's rows and vec_dot (the same outputs); more: the
+ * AVX-512 set's kernel (the same outputs, see above). */
 static void iq1s_gemm(int64_t n, const void *w, size_t row_stride, int rows, const void *a, size_t a_stride, int toks,
                       float *y, size_t y_stride)
 {
@@ -173,7 +257,10 @@ static void iq1s_gemm(int64_t n, const void *w, size_t row_stride, int rows, con
         simd_iq_avx512.gemm[QT_IQ1_S](n, w, row_stride, rows, a, a_stride, toks, y, y_stride);
         return;
     }
-    for (int r = 0; r < rows; r++)
+    int r = 0;
+    for (; r + SIMD_ROWS <= rows; r += SIMD_ROWS)
+        iq1s_dot_rows(n, y + r, (const uint8_t *)w + (size_t)r * row_stride, row_stride, a);
+    for (; r < rows; r++)
         iq1s_dot(n, y + r, (const uint8_t *)w + (size_t)r * row_stride, a);
 }
 
@@ -183,6 +270,7 @@ const simd_kernels simd_iq1_avx512vbmi = {
     .isa = "avx512vbmi-iq1",
     .runs_on = cpu_has_avx512vbmi_set,
     .vec_dot = {[QT_IQ1_S] = iq1s_dot},
+    .vec_dot_rows = {[QT_IQ1_S] = iq1s_dot_rows},
     .gemm = {[QT_IQ1_S] = iq1s_gemm},
 };
 

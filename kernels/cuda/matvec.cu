@@ -639,20 +639,9 @@ template <int T, bool NORM> static unsigned rc_blocks(void)
         return RC_BLOCKS;
     if (dev < RC_DEVICES && known[dev].load() != 0)
         return known[dev].load();
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = RC_BLOCKS_BIG;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(RC_BLOCKS_BIG);
-    cfg.blockDim = dim3(RC_THREADS);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int fit = 0;
     const bool big = cudaFuncSetAttribute(k_router_cluster<T, NORM>, cudaFuncAttributeNonPortableClusterSizeAllowed,
                                           1) == cudaSuccess &&
-                     cudaOccupancyMaxActiveClusters(&fit, k_router_cluster<T, NORM>, &cfg) == cudaSuccess && fit >= 1;
+                     gk_max_clusters(k_router_cluster<T, NORM>, RC_BLOCKS_BIG, RC_THREADS) >= 1;
     if (!big)
         (void)cudaGetLastError(); /* the refusal is an answer, not the next call's error */
     const unsigned nb = big ? RC_BLOCKS_BIG : RC_BLOCKS;

@@ -210,6 +210,35 @@ static inline int gk_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 b
 #endif
 }
 
+/* The most clusters of cluster_x blocks of `threads` (no dynamic shared
+ * memory) of kernel that the current device holds at once: 0 where it
+ * holds none or the runtime cannot say (its refusal cleared, so that it is
+ * not the next call's error).  A host query, no synchronisation. */
+template <typename Kernel> static inline int gk_max_clusters(Kernel kernel, unsigned cluster_x, int threads)
+{
+#if defined(HYDRA_HIP)
+    (void)kernel, (void)cluster_x, (void)threads;
+    return 0;
+#else
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster_x;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cluster_x);
+    cfg.blockDim = dim3(threads);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return fit;
+#endif
+}
+
 /* --- top-k by rank, for a block: every (token, expert) pair counts the
  * experts that come before it (a larger probability, or an equal one and
  * a lower id), TK_SPLIT threads of a warp a share each; the pairs of rank

@@ -22,6 +22,7 @@
 #include "gpu_arch.h"
 
 #include "../quant.h"
+#include "../../kernels/cuda/attn_out_router.h"
 
 #include <math.h>
 
@@ -162,6 +163,9 @@ static hydra_status rmsnorm(gpu_session *g, const float *x, const gk_mat *gain, 
     return HYDRA_OK;
 }
 
+static bool routes_in_attn_out(const gpu_session *g, int l, int n);
+static hydra_status attn_out_route(gpu_session *g, int l);
+
 static bool glu_pair(const gk_mat *gate, const gk_mat *up)
 {
     return gate->type == up->type && gate->row_bytes == up->row_bytes && gate->n_rows == up->n_rows;
@@ -274,6 +278,8 @@ static hydra_status attention(gpu_session *g, int l, const step_shape *sh)
     gpu_prof_mark(g, OP_ATTN);
     act_bind(&g->att, datt, n);
     g->att.q_ready = att_q8;
+    if (routes_in_attn_out(g, l, n)) /* implies att_q8 */
+        return attn_out_route(g, l);
     /* g->y (expert outputs) is free until this layer's FFN */
     return linear_add(g, gw_at(gw, l, W_ATTN_OUT), &g->att, n, g->x, hp->n_embd, gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)),
                       g->y, OP_ATTN_OUT);
@@ -435,6 +441,11 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
         gpu_prof_mark(g, OP_TOPK);
         return HYDRA_OK;
     }
+    if (norm != NULL && routes_in_attn_out(g, l, n)) { /* the attention output's launch routed */
+        act_bind(&g->xn, hp->n_embd, n);
+        g->xn.q_ready = true;
+        return HYDRA_OK;
+    }
     const gk_act xa = norm != NULL ? (gk_act){.f = g->x, .n = hp->n_embd} : act_view(&g->xn, 0);
     const gk_out out = {.y = g->router, .y_stride = gating->n_expert, .bias = bias};
     const gk_tail tail = {.counter = g->counter, .gating = *gating, .routes = g->routes};
@@ -446,6 +457,47 @@ static hydra_status route(gpu_session *g, int l, int n, const gk_gating *gating,
         g->xn.q_ready = true;
     }
     gpu_prof_mark(g, OP_ROUTER);
+    return HYDRA_OK;
+}
+
+/* Whether layer l's one-token attention output also routes, in one
+ * launch (gk_attn_out_router: the RMSNorm is a scalar divisor, so each
+ * block dots its new values of x with the router's columns): the
+ * router_norms case, plain attention (its output's 8-bit form), shapes the
+ * launch takes (so a quantised attention output: with the rest, the
+ * attention's launch wrote its 8-bit form, att_q8), and room for its
+ * partial sums in g->y (gk_attn_out_router_scratch; g->y holds n_used
+ * rows of n_embd at least and is free until the experts' down
+ * projection).  Not in a tensor
+ * split, whose x is a partial sum until the all-reduce.  Else the two
+ * launches, attention output then router. */
+static bool routes_in_attn_out(const gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const arch_hparams *hp = &g->w->hp;
+    const gk_gating gating = gating_of(g->w);
+    const bool plain = gw_at(gw, l, W_ATTN_SINKS)->data == NULL && g->w->layer[l].window == 0;
+    return router_norms(g, l, n) && g->mla == NULL && !g->o.tensor_part && plain && hp->head_dim_v % 32 == 0 &&
+           gk_attn_out_router_scratch(hp->n_embd, gating.n_expert) <= (int64_t)gating.n_used * hp->n_embd &&
+           gk_attn_out_router_fits(gw_at(gw, l, W_ATTN_OUT), gw_at(gw, l, W_MOE_ROUTER), &gating);
+}
+
+/* x += the attention output projection, then the router of the new x,
+ * its norm into xn and the routes, in one launch (routes_in_attn_out). */
+static hydra_status attn_out_route(gpu_session *g, int l)
+{
+    const gpu_weights *gw = &g->gw;
+    const arch_hparams *hp = &g->w->hp;
+    const gk_aor a = {.wo = *gw_at(gw, l, W_ATTN_OUT), .wo_bias = gw_vec(gw_at(gw, l, W_ATTN_OUT_BIAS)), .x = g->x,
+                      .router = *gw_at(gw, l, W_MOE_ROUTER),
+                      .router_bias = gw_vec(gw_at(gw, l, W_MOE_ROUTER_BIAS)), .logits = g->router,
+                      .tail = {.counter = g->counter, .gating = gating_of(g->w), .routes = g->routes},
+                      .norm = {.gain = gw_vec(gw_at(gw, l, W_FFN_NORM)), .eps = hp->norm_eps, .y = g->xn.f,
+                               .q = g->xn.q, .meta = g->xn.meta},
+                      .partial = g->y};
+    const gk_act att = act_view(&g->att, 0);
+    TRY(gk_attn_out_router(g->stream, &a, &att), "attention output + router");
+    gpu_prof_mark(g, OP_ATTN_OUT);
     return HYDRA_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "gpu_check_fused.h"
 #include "gpu_check_glu.h"
 #include "gpu_check_stack.h"
+#include "gpu_check_aor.h"
 
 #include "../error.h"
 
@@ -312,5 +313,13 @@ hydra_status gpu_check_matmul_stack(const gpu_stack_mat *m, int n_mats, const fl
                                     float *y_stack, float *y_each)
 {
     (void)m, (void)n_mats, (void)x, (void)x_n, (void)n_tok, (void)y_stack, (void)y_each;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_attn_out_router(const gpu_aor_check *c, const gpu_aor_in *in, const gpu_aor_out *ref,
+                                       const gpu_aor_out *fused, bool *fits)
+{
+    (void)c, (void)in, (void)ref, (void)fused;
+    *fits = false;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
