@@ -111,19 +111,14 @@ IQ1_INLINE __m512i iq1_indices(__m512i words, int h)
 /* Grid points g + 1 of 8 indices: 64 bytes.  A gather merges into its
  * destination, so the destination is an input; with a full mask GCC takes
  * any register for it, one that the previous super-block's lookups wrote,
- * which chains every super-block's gathers to the one before.  A fresh zero,
- * hidden from the compiler here, makes it zero the destination each time.
- * The gather clears its mask, so each needs a fresh one: loaded from memory
- * (kmovw k, m16: a load, no vector port), not moved from a general register
- * (kmovw k, r32: port 5, the port that binds the rows kernel). */
-static const uint16_t iq1_gather_mask = 0xFF;
-
+ * which chains every super-block's gathers to the one before.  A fresh zero
+ * and the full mask, both hidden from the compiler here, make it zero the
+ * destination each time. */
 IQ1_INLINE __m512i iq1_gather(__m256i idx)
 {
     __m512i zero = _mm512_setzero_si512();
-    __mmask8 all;
-    __asm__ volatile("" : "+v"(zero));
-    __asm__ volatile("kmovw %1, %0" : "=k"(all) : "m"(iq1_gather_mask));
+    __mmask8 all = 0xFF;
+    __asm__ volatile("" : "+v"(zero), "+k"(all));
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
@@ -360,7 +355,6 @@ static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_strid
         _Alignas(64) uint32_t off[4 * SIMD_ROWS];
         _mm512_store_si512(off, _mm512_madd_epi16(_mm512_and_si512(ls, _mm512_set1_epi16(7)),
                                                   _mm512_load_si512(iq1_rows_ctl.factor_offset)));
-        __asm__("" : "+m"(off)); /* read back as stored: GCC would take them out of the vector by vpextrd (port 5) */
         const __m512i bsum = _mm512_madd_epi16(
             _mm512_permutexvar_epi16(_mm512_permutexvar_epi32(_mm512_load_si512(iq1_rows_ctl.transpose), ls),
                                      _mm512_load_si512(iq1_ctl.bsum_factor)),
