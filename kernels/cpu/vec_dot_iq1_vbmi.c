@@ -44,7 +44,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <stddef.h>
 
 X86_TARGET_BEGIN(X86_SET_AVX512VBMI)
 
@@ -71,9 +70,8 @@ static const struct iq1_controls {
     /* words 2s, 2s + 1 <- qh of sub-block s */
     _Alignas(64) uint16_t qh_pairs[32];
     /* by qh >> 12 = l | delta bit << 3: the block-sum factor (delta - 8) (2l + 1),
-     * delta = -1 where the bit is set (twice: the rows kernel's zmm vpermw
-     * takes 32 entries), and the grid factor 8 (2l + 1) */
-    _Alignas(64) int16_t bsum_factor[32];
+     * delta = -1 where the bit is set, and the grid factor 8 (2l + 1) */
+    _Alignas(32) int16_t bsum_factor[16];
     _Alignas(32) int16_t grid_factor[16];
     /* vpackssdw of chunks 2q, 2q + 1, word w: the grid factor's word (2 sb) of its sub-block */
     _Alignas(64) uint16_t pack_scale[2][32];
@@ -90,9 +88,7 @@ static const struct iq1_controls {
 #define IQ1_P(s) IQ1_QH_WORD + (s), IQ1_QH_WORD + (s)
     .qh_pairs = {IQ1_P(0), IQ1_P(1), IQ1_P(2), IQ1_P(3), IQ1_P(4), IQ1_P(5), IQ1_P(6), IQ1_P(7)},
 #undef IQ1_P
-#define IQ1_BF -7, -21, -35, -49, -63, -77, -91, -105, -9, -27, -45, -63, -81, -99, -117, -135
-    .bsum_factor = {IQ1_BF, IQ1_BF},
-#undef IQ1_BF
+    .bsum_factor = {-7, -21, -35, -49, -63, -77, -91, -105, -9, -27, -45, -63, -81, -99, -117, -135},
     .grid_factor = {8, 24, 40, 56, 72, 88, 104, 120, 8, 24, 40, 56, 72, 88, 104, 120},
     /* word w: lane w / 8, from chunk 2q (w % 8 < 4, sub-block 4q + lane / 2) or 2q + 1 (4q + 2 + lane / 2) */
 #define IQ1_L(s) 2 * (s), 2 * (s), 2 * (s), 2 * (s), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2)
@@ -122,24 +118,14 @@ IQ1_INLINE __m512i iq1_gather(__m256i idx)
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* The super-block's 256 grid points g + 1 (its 25 words), 64 a vector: g[p]
- * bytes 0..31 sub-block 2p's, 32..63 sub-block 2p + 1's. */
-IQ1_INLINE void iq1_points(__m512i words, __m512i g[4])
-{
-    const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
-    g[0] = iq1_gather(_mm512_castsi512_si256(idx0));
-    g[1] = iq1_gather(_mm512_extracti64x4_epi64(idx0, 1));
-    g[2] = iq1_gather(_mm512_castsi512_si256(idx1));
-    g[3] = iq1_gather(_mm512_extracti64x4_epi64(idx1, 1));
-}
-
 /* One super-block (its 25 words) against activations in registers (act: the
  * 256 qs as 4 x 64 bytes; bsums: the 16 block sums): 16 int32 lanes whose
  * sum is its exact integer total. */
 IQ1_INLINE __m512i iq1s_super_act(__m512i words, const __m512i act[4], __m256i bsums)
 {
-    __m512i g[4];
-    iq1_points(words, g);
+    const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
+    const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
+                          iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
     const __m256i lsign = _mm256_srli_epi16(
         _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.qh_pairs), words)), 12);
     const __m256i bsum = _mm256_madd_epi16(_mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor)),
@@ -205,112 +191,16 @@ static void iq1s_dot(int64_t n, float *out, const void *w, const void *a)
     *out = acc;
 }
 
-/* The rows kernel scales the grid points instead of the dot products: each
- * byte g + 1 (0, 1 or 2) times its sub-block's grid factor f = 8 (2l + 1)
- * (8..120) by one vgf2p8mulb.  In GF(2^8) a product by 1 is f and by 2 is f
- * shifted left once, which stays below 256 for f < 128 and so is never
- * reduced by the field's polynomial (Intel SDM, GF2P8MULB): the field's
- * product is the integer one, at most 240, an unsigned byte for vpdpbusd.
- * The four vpdpbusd of a row then add into one accumulator, and the two
- * vpackssdw, the word permutes of the scales and the two vpdpwssd of
- * iq1s_super_act go: per row and super-block 4 vgf2p8mulb (port 0 on Ice
- * Lake: numkong's instruction table) take the place of 7 port-5 ops
- * (vpermw, vpackssdw), the port that binds this loop.  The factors come
- * from memory: 64 bytes per pair of sub-blocks, by l_a | l_b << 3 (bytes
- * 0..31 sub-block a's, 32..63 b's, as one gather's points lie). */
-#define IQ1_F(l) (uint8_t)(8 * (2 * (l) + 1))
-#define IQ1_X8(x) x, x, x, x, x, x, x, x
-#define IQ1_X32(x) IQ1_X8(x), IQ1_X8(x), IQ1_X8(x), IQ1_X8(x)
-#define IQ1_PAIR(la, lb) {IQ1_X32(IQ1_F(la)), IQ1_X32(IQ1_F(lb))}
-#define IQ1_PAIRS(lb)                                                                                                  \
-    IQ1_PAIR(0, lb), IQ1_PAIR(1, lb), IQ1_PAIR(2, lb), IQ1_PAIR(3, lb), IQ1_PAIR(4, lb), IQ1_PAIR(5, lb),              \
-        IQ1_PAIR(6, lb), IQ1_PAIR(7, lb)
-static const _Alignas(64) uint8_t iq1_pair_factor[64][64] = {
-    IQ1_PAIRS(0), IQ1_PAIRS(1), IQ1_PAIRS(2), IQ1_PAIRS(3), IQ1_PAIRS(4), IQ1_PAIRS(5), IQ1_PAIRS(6), IQ1_PAIRS(7),
-};
-#undef IQ1_PAIRS
-#undef IQ1_PAIR
-#undef IQ1_X32
-#undef IQ1_X8
-#undef IQ1_F
-
-/* What the rows kernel shares across its four rows (loop invariants, one
- * load each). */
-static const struct iq1_rows_controls {
-    /* vpmaddwd of a dword's two l (sub-blocks 2p, 2p + 1): the byte offset
-     * (l_a | l_b << 3) * 64 of their iq1_pair_factor entry */
-    _Alignas(64) int16_t factor_offset[32];
-    /* dword 4L + r <- dword 4r + L: row r's sub-block pair L into lane L */
-    _Alignas(64) uint32_t transpose[16];
-    /* lane L <- the activations' block sums of sub-blocks 2L, 2L + 1 (words
-     * 0..3 and 8..11 of the in-lane packs of the eight sums, as dwords) */
-    _Alignas(64) uint32_t bsum_lanes[16];
-} iq1_rows_ctl = {
-#define IQ1_O2 64, 512
-#define IQ1_O8 IQ1_O2, IQ1_O2, IQ1_O2, IQ1_O2
-    .factor_offset = {IQ1_O8, IQ1_O8, IQ1_O8, IQ1_O8},
-#undef IQ1_O8
-#undef IQ1_O2
-    .transpose = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15},
-    .bsum_lanes = {0, 0, 0, 0, 1, 1, 1, 1, 4, 4, 4, 4, 5, 5, 5, 5},
-};
-
-/* Row r's super-block i. */
-IQ1_INLINE const block_iq1_s *iq1_row_block(const uint8_t *w8, size_t row_stride, int r, int64_t i)
-{
-    return (const block_iq1_s *)(w8 + (size_t)r * row_stride) + i;
-}
-
-/* The four rows' qh (16 bytes each), row r in 128-bit lane r: dword 4r + p
- * holds sub-blocks 2p and 2p + 1. */
-IQ1_INLINE __m512i iq1_qh4(const uint8_t *w8, size_t row_stride, int64_t i)
-{
-#define IQ1_QH(r) _mm_loadu_si128((const __m128i *)((const uint8_t *)iq1_row_block(w8, row_stride, r, i) + offsetof(block_iq1_s, qh)))
-    __m512i q = _mm512_castsi128_si512(IQ1_QH(0));
-    q = _mm512_inserti32x4(q, IQ1_QH(1), 1);
-    q = _mm512_inserti32x4(q, IQ1_QH(2), 2);
-    return _mm512_inserti32x4(q, IQ1_QH(3), 3);
-#undef IQ1_QH
-}
-
-/* The activations' block sums per pair of sub-blocks as the bsum_factor
- * words meet them: lane L's dwords all (sum of sub-block 2L, of 2L + 1),
- * each sum of 32 activations (|.| <= 4096, exact in 16 bits). */
-IQ1_INLINE __m512i iq1_bsum_pairs(const block_q8_K *y)
-{
-    const __m256i sums = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
-    return _mm512_permutexvar_epi32(_mm512_load_si512(iq1_rows_ctl.bsum_lanes),
-                                    _mm512_castsi256_si512(_mm256_packs_epi32(sums, sums)));
-}
-
-/* One row's super-block (its words; off: its four iq1_pair_factor byte
- * offsets) against activations in registers: 16 int32 lanes whose sum is
- * the exact total of its grid terms sum (2l + 1) 8 (g + 1) a. */
-IQ1_INLINE __m512i iq1s_grid_lanes(__m512i words, const __m512i act[4], const uint32_t off[4])
-{
-    __m512i g[4];
-    iq1_points(words, g);
-    __m512i acc = _mm512_setzero_si512();
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++) {
-        const __m512i factor = _mm512_load_si512((const uint8_t *)iq1_pair_factor + off[p]);
-        acc = _mm512_dpbusd_epi32(acc, _mm512_gf2p8mul_epi8(g[p], factor), act[p]);
-    }
-    return acc;
-}
-
 /* SIMD_ROWS rows' lanes (one super-block each) to their four totals, row r
  * in dword r: dwords of two rows interleaved and added (each 128-bit lane
  * then holds both rows' partial sums), then qwords of the two pairs, then
- * the four 128-bit lanes.  bsum: the rows' block-sum terms, row r's
- * partials in dword r of each lane, added where the lanes have that layout.
- * 14 vector ops for four rows, against 18 for two vbmi_totals2 (plus the
- * three extractions of their floats). */
-IQ1_INLINE __m128i iq1_totals4(const __m512i s[SIMD_ROWS], __m512i bsum)
+ * the four 128-bit lanes.  13 vector ops for four rows, against 18 for two
+ * vbmi_totals2 (plus the three extractions of their floats). */
+IQ1_INLINE __m128i iq1_totals4(const __m512i s[SIMD_ROWS])
 {
     const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
     const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-    const __m512i v = _mm512_add_epi32(_mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23)), bsum);
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
     const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
@@ -328,13 +218,7 @@ IQ1_INLINE __m128 iq1_d4(const __m512i words[SIMD_ROWS])
  * block, so most of them split cache lines), the four totals reduced
  * together, and the float step runs in the four lanes of one vector: lane r
  * does row r's fmaf(dw * d_a, total, acc) of iq1_step, the same roundings
- * in the same order, so out[r] equals iq1s_dot of row r bit for bit (the
- * integer totals are exact either way).
- * The scales of all four rows come from one vector of their qh: the
- * iq1_pair_factor offsets (l & 7 by vpmaddwd, stored once, read back by the
- * rows as addresses) and the block-sum terms (l | delta bit << 3 by vpermw
- * from the factor table, vpmaddwd with the activations' sums per sub-block,
- * transposed first so that row r's lands in dword r of each lane).
+ * in the same order, so out[r] equals iq1s_dot of row r bit for bit.
  * The four rows are four short streams that end where the next group's
  * begin; each row prefetches the same position of the next group, as
  * vec_dot_x86.inc's x86_b32_rows does: with iq1s_dot's 1 KiB ahead
@@ -351,23 +235,15 @@ static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_strid
         __m512i act[4], words[SIMD_ROWS], lanes[SIMD_ROWS];
         __m256i bsums;
         iq1_load_act(y + i, act, &bsums);
-        const __m512i ls = _mm512_srli_epi16(iq1_qh4(w8, row_stride, i), 12); /* l | delta bit << 3 */
-        _Alignas(64) uint32_t off[4 * SIMD_ROWS];
-        _mm512_store_si512(off, _mm512_madd_epi16(_mm512_and_si512(ls, _mm512_set1_epi16(7)),
-                                                  _mm512_load_si512(iq1_rows_ctl.factor_offset)));
-        const __m512i bsum = _mm512_madd_epi16(
-            _mm512_permutexvar_epi16(_mm512_permutexvar_epi32(_mm512_load_si512(iq1_rows_ctl.transpose), ls),
-                                     _mm512_load_si512(iq1_ctl.bsum_factor)),
-            iq1_bsum_pairs(y + i));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < SIMD_ROWS; r++) {
-            const block_iq1_s *b = iq1_row_block(w8, row_stride, r, i);
+            const block_iq1_s *b = (const block_iq1_s *)(w8 + (size_t)r * row_stride) + i;
             _mm_prefetch((const char *)b + SIMD_ROWS * row_stride, _MM_HINT_T0); /* see above */
             words[r] = iq1_load_words(b);
-            lanes[r] = iq1s_grid_lanes(words[r], act, off + 4 * r);
+            lanes[r] = iq1s_super_act(words[r], act, bsums);
         }
         const __m128 dw = _mm_mul_ps(iq1_d4(words), _mm_set1_ps(0.125f));
-        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(iq1_totals4(lanes, bsum)), acc);
+        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(iq1_totals4(lanes)), acc);
     }
     _mm_storeu_ps(out, acc);
 }
