@@ -14,12 +14,14 @@
  * barrier on the path), which sums them in rank order and writes them,
  * its cluster's values of x and their sum of squares.  The last first block
  * to finish (tail.cuh's fence-then-count) sums the clusters' partials, the
- * norm's scale, the logits and the top-k; it publishes the scale (a word in
- * the scratch moves), and every first block writes its cluster's values of
- * the normed row: spread, their stores cost little (one block storing the
- * whole row and its 8-bit form held the tail up by ~9 us).  tg128 on the
- * H200 448 -> 461 t/s; the launch 11.5 us under ncu against 5.7 + 8.4 for
- * the two it replaces.
+ * norm's scale, the logits and the top-k, the probabilities over all its
+ * warps.  Every first block computes the scale itself once the count is
+ * back at zero and writes its cluster's values of the normed row: spread,
+ * their stores cost little (one block storing the whole row and its 8-bit
+ * form held the tail up by ~9 us), and nothing is published on the tail's
+ * path.  tg128 on the H200 448 -> 461 t/s for the launch, 460 -> 475 for
+ * its tail's second form (docs/PERFORMANCE.md, "CUDA decode, session 10:
+ * the router launch's tail").
  */
 #include "attn_out_router.h"
 
@@ -74,12 +76,10 @@ static __device__ __forceinline__ float aor_row(const gk_mat &w, int64_t r, cons
     return warp_sum(acc);
 }
 
-/* The scratch (gk_aor's partial): each cluster's sum of squares, then the
- * launch's epoch word and scale, then each cluster's partial logits. */
+/* The scratch (gk_aor's partial): each cluster's sum of squares, then
+ * each cluster's partial logits. */
 struct aor_scratch {
     double *sq;
-    unsigned int *epoch; /* any value; the last first block adds 1 once the scale is in */
-    float *scale;
     float *partial;
 };
 
@@ -87,9 +87,7 @@ static __device__ aor_scratch aor_scratch_of(float *base, int n_clusters)
 {
     aor_scratch sc;
     sc.sq = (double *)base;
-    sc.epoch = (unsigned int *)(sc.sq + n_clusters);
-    sc.scale = (float *)(sc.epoch + 1);
-    sc.partial = sc.scale + 1;
+    sc.partial = (float *)(sc.sq + n_clusters);
     return sc;
 }
 
@@ -99,6 +97,8 @@ struct aor_tail_smem {
     unsigned long long key[AOR_KEYS];
     int picked_e[GK_TAIL_MAX_USED];
     float picked_p[GK_TAIL_MAX_USED];
+    double red_d[GK_AOR_ROWS]; /* each warp's softmax sum */
+    float red_f[GK_AOR_ROWS];  /* ... and maximum */
     float scale;
 };
 
@@ -118,20 +118,33 @@ static __device__ float aor_partials(const float *partial, int n_clusters, int n
     return s;
 }
 
-/* Warp 0: the RMSNorm's scale from the clusters' sums of squares (lane l
- * adds those of clusters l and l + 32, then the butterfly: a fixed order). */
-static __device__ float aor_scale(const double *sq, int n_clusters, int64_t n, float eps)
+/* A warp's loads of the clusters' sums of squares (lane l: clusters l and
+ * l + 32), apart from their sum so that the tail has them in flight with
+ * its partials' loads (one L2 round trip fewer), */
+struct aor_sq2 {
+    double a, b;
+};
+
+static __device__ aor_sq2 aor_sq_load(const double *sq, int n_clusters)
 {
     const int lane = threadIdx.x % GPU_WARP;
-    double s = lane < n_clusters ? __ldcg(sq + lane) : 0.0;
-    if (lane + GPU_WARP < n_clusters)
-        s += __ldcg(sq + lane + GPU_WARP);
+    aor_sq2 r;
+    r.a = lane < n_clusters ? __ldcg(sq + lane) : 0.0;
+    r.b = lane + GPU_WARP < n_clusters ? __ldcg(sq + lane + GPU_WARP) : 0.0;
+    return r;
+}
+
+/* then the RMSNorm's scale: lane l's two, then the butterfly (a fixed
+ * order: every first block has the same bits). */
+static __device__ float aor_scale(aor_sq2 q, int64_t n, float eps)
+{
+    double s = q.a + q.b;
     for (int m = GPU_WARP / 2; m > 0; m /= 2)
         s += gpu_shfl_xor(s, m);
     return norm_scale(s, n, eps);
 }
 
-/* Warp 0 of a cluster's first block: its GK_AOR_SPAN values of the normed
+/* A warp of a cluster's first block: its GK_AOR_SPAN values of the normed
  * row (xv, lane l's value l) and their 8-bit form, one chunk of 32
  * (quantised on its own, as norm_regs_apply's chunks).  Every first block
  * writes its own: one block writing the whole row (2048 values, the 8-bit
@@ -178,15 +191,67 @@ static __device__ void aor_rank(aor_tail_smem &sm, int n_expert, int n_used)
     }
 }
 
-/* The last cluster's first block: the scale, the logits, the top-k, and
- * (warp 1, while warp 0 takes the probabilities) the scale published for
- * the other first blocks (aor_await_scale) and its own values of the
- * normed row: a fence on warp 0's path before the logits cost ~1 us. */
+/* Every thread: the probabilities of experts threadIdx.x + AOR_THREADS j
+ * from their logits l[j] (-INFINITY past n_expert), topk_probs's formula
+ * over the block instead of one warp (tg128 +1%): the maximum, then the
+ * softmax's sum in double, each warp's butterfly then the warps in order
+ * (a fixed order). */
+static __device__ void aor_block_probs(const gk_gating &g, float *l, aor_tail_smem &sm)
+{
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    if (g.sigmoid) {
+#pragma unroll
+        for (int j = 0; j < AOR_EXPERTS_PER; j++)
+            l[j] = 1.0f / (1.0f + expf(-l[j]));
+        return;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < AOR_EXPERTS_PER; j++)
+        mx = fmaxf(mx, l[j]);
+    mx = warp_max(mx);
+    if (lane == 0)
+        sm.red_f[warp] = mx;
+    __syncthreads();
+    mx = sm.red_f[0];
+#pragma unroll
+    for (int w = 1; w < GK_AOR_ROWS; w++)
+        mx = fmaxf(mx, sm.red_f[w]);
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < AOR_EXPERTS_PER; j++) {
+        if ((int)threadIdx.x + AOR_THREADS * j < g.n_expert) {
+            l[j] = expf(l[j] - mx);
+            sum += l[j];
+        }
+    }
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        sum += gpu_shfl_xor(sum, m);
+    if (lane == 0)
+        sm.red_d[warp] = sum;
+    __syncthreads();
+    double total = sm.red_d[0];
+#pragma unroll
+    for (int w = 1; w < GK_AOR_ROWS; w++)
+        total += sm.red_d[w];
+    const float inv = (float)(1.0 / total);
+#pragma unroll
+    for (int j = 0; j < AOR_EXPERTS_PER; j++)
+        l[j] *= inv;
+}
+
+/* The last cluster's first block: the scale (warp 0, its loads in flight
+ * with the partials'), the logits, the probabilities and the top-k, and
+ * (warp 1, while warp 0 writes the routes) its own values of the normed
+ * row. */
 static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_clusters, int cluster, float xv)
 {
     __shared__ __align__(16) aor_tail_smem sm;
     const gk_gating &g = a.tail.gating;
     const int n_expert = g.n_expert, warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    aor_sq2 sq2 = {0.0, 0.0};
+    if (warp == 0)
+        sq2 = aor_sq_load(sc.sq, n_clusters);
     float raw[AOR_EXPERTS_PER];
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
@@ -194,7 +259,7 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
         raw[j] = e < n_expert ? aor_partials(sc.partial, n_clusters, n_expert, e) : 0.0f;
     }
     if (warp == 0) {
-        const float scale = aor_scale(sc.sq, n_clusters, a.router.n_cols, a.norm.eps);
+        const float scale = aor_scale(sq2, a.router.n_cols, a.norm.eps);
         if (lane == 0)
             sm.scale = scale;
     }
@@ -202,55 +267,51 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
         sm.key[e] = 0; /* the padding ranks below every key */
     __syncthreads();
     const float scale = sm.scale;
+    float l[AOR_EXPERTS_PER];
+#pragma unroll
+    for (int j = 0; j < AOR_EXPERTS_PER; j++) {
+        const int e = (int)threadIdx.x + AOR_THREADS * j;
+        l[j] = -INFINITY;
+        if (e < n_expert) {
+            l[j] = raw[j] * scale + (a.router_bias != NULL ? a.router_bias[e] : 0.0f);
+            a.logits[e] = l[j];
+        }
+    }
+    aor_block_probs(g, l, sm);
 #pragma unroll
     for (int j = 0; j < AOR_EXPERTS_PER; j++) {
         const int e = (int)threadIdx.x + AOR_THREADS * j;
         if (e < n_expert) {
-            const float l = raw[j] * scale + (a.router_bias != NULL ? a.router_bias[e] : 0.0f);
-            a.logits[e] = l;
-            sm.prob[e] = l;
+            sm.prob[e] = l[j];
+            sm.key[e] = tk_key64(l[j], e);
         }
-    }
-    __syncthreads();
-    if (warp == 0) {
-        float p[TK_PER_LANE];
-        topk_probs<false>(g, sm.prob, p);
-#pragma unroll
-        for (int j = 0; j < TK_PER_LANE; j++) {
-            const int e = lane + GPU_WARP * j;
-            if (e < n_expert) {
-                sm.prob[e] = p[j];
-                sm.key[e] = tk_key64(p[j], e);
-            }
-        }
-    } else if (warp == 1) { /* the fence off warp 0's path */
-        if (lane == 0) {
-            *sc.scale = scale;
-            __threadfence();
-            atomicAdd(sc.epoch, 1u);
-        }
-        aor_chunk_normed(a.norm, cluster, xv, scale);
     }
     __syncthreads();
     aor_rank(sm, n_expert, g.n_used);
     __syncthreads();
     topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
+    if (warp == 1) /* free: the routes are warp 0's (n_used <= GPU_WARP) */
+        aor_chunk_normed(a.norm, cluster, xv, scale);
 }
 
-/* Warp 0 of the other first blocks: until the last one has published the
- * scale (the epoch word moved from what it was before this block counted
- * itself), then their values of the normed row.  A first block waits here
- * only for blocks that are running or can start: the others exit without
- * waiting, so every cluster gets room. */
-static __device__ void aor_await_scale(const gk_aor &a, const aor_scratch &sc, unsigned int epoch0, int cluster,
-                                       float xv)
+/* Warp 0 of the other first blocks: until the count is back at zero (the
+ * last first block resets it once every first block has counted, and
+ * nothing counts on it again before this launch ends: the next launches
+ * wait for it), then the scale from the clusters' sums of squares, the
+ * tail's terms in its order (the same bits), and their values of the
+ * normed row.  Nothing is published on the tail's path: the scale word
+ * that the last block published before (its fence, then an atomic) held
+ * its probabilities up (tg128 460 -> 470 without it).  A first block
+ * waits here only for blocks that are running or can start: the others
+ * exit without waiting, so every cluster gets room. */
+static __device__ void aor_await_count(const gk_aor &a, const aor_scratch &sc, int n_clusters, int cluster, float xv)
 {
     if (threadIdx.x == 0)
-        while (*(volatile unsigned int *)sc.epoch == epoch0)
+        while (*(volatile unsigned int *)a.tail.counter != 0)
             ;
     __syncwarp();
     __threadfence();
-    aor_chunk_normed(a.norm, cluster, xv, __ldcg(sc.scale));
+    aor_chunk_normed(a.norm, cluster, xv, aor_scale(aor_sq_load(sc.sq, n_clusters), a.router.n_cols, a.norm.eps));
 }
 
 template <int T>
@@ -280,9 +341,6 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
     gpu_pdl_wait();
     const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
     const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
-    /* the epoch before this block counts itself (aor_await_scale), its load
-     * under the dots; the word moves only once every first block has counted */
-    const unsigned int epoch0 = rank == 0 && threadIdx.x == 0 ? *(volatile unsigned int *)sc.epoch : 0;
     const float v = aor_row<T>(a.wo, r0 + warp, aq, ameta);
     gpu_pdl_trigger(); /* left: the partials, the sums, the tail */
     if (lane == 0) {
@@ -335,12 +393,12 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
     if (gk_last_block(a.tail.counter, n_clusters))
         aor_tail(a, sc, n_clusters, cluster, xv);
     else if (warp == 0)
-        aor_await_scale(a, sc, epoch0, cluster, xv);
+        aor_await_count(a, sc, n_clusters, cluster, xv);
 }
 
 /* The most clusters of the instance for type T that the current device
  * holds at once, asked once per device (0: none known).  The first blocks
- * that wait for the scale (aor_await_scale) need every cluster resident
+ * that wait for the count (aor_await_count) need every cluster resident
  * or able to start: a grid of at most this many clusters is. */
 enum { AOR_DEVICES = 16 };
 template <int T> static int aor_max_clusters(void)

@@ -13,9 +13,10 @@
  * which writes the cluster's GK_AOR_SPAN values of x, their sum of squares
  * and the cluster's partials; the last first block to finish sums the
  * clusters' partials and squares in cluster order (fixed orders, no float
- * atomics: the same bits every run), publishes the norm's scale, and
- * selects the experts as the router's tail does, while every first block
- * writes its values of xn and their 8-bit form.  x has the bits of
+ * atomics: the same bits every run) and selects the experts as the
+ * router's tail does, while every first block, once all have counted,
+ * sums the squares itself (the same order) and writes its values of xn
+ * and their 8-bit form.  x has the bits of
  * the attention output's own launch; the logits are the same terms summed
  * in another order (and scaled once at the end), so they match
  * gk_router_topk's to float rounding, and the routes except at near-ties;
@@ -53,10 +54,10 @@ typedef struct gk_aor {
 bool gk_attn_out_router_fits(const gk_mat *wo, const gk_mat *router, const gk_gating *g);
 
 /* The scratch floats of a launch: each cluster's sum of squares (a
- * double) and partial logits, and two words. */
+ * double) and partial logits. */
 static inline int64_t gk_attn_out_router_scratch(int64_t n_embd, int n_expert)
 {
-    return n_embd / GK_AOR_SPAN * (2 + (int64_t)n_expert) + 2;
+    return n_embd / GK_AOR_SPAN * (2 + (int64_t)n_expert);
 }
 
 /* The launch over the attention output's 8-bit form att (one row of
