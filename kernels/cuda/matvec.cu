@@ -16,10 +16,20 @@
 #include "row_norm.cuh"
 #include "tail.cuh"
 #include "cluster_async.cuh"
+#include "quant_words.cuh"
 
 #include <atomic>
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
+
+/* Blocks an SM that the one-token launches decoding Q6_K rows (k_matvec_q,
+ * k_matvec_q_mixed) are compiled for: 48 registers, what the two-byte Q6_K
+ * decode took.  The word decode (quant_words.cuh) holds a lane's two
+ * chunks' 18 words each and took 60 without the bound: 8 blocks an SM,
+ * two waves for Qwen3-30B-A3B's 1280 Q/K/V blocks on 132 SMs
+ * (docs/PERFORMANCE.md, "CUDA decode, session 10: the Q6_K launches").
+ * Other instances keep the compiler's choice (0: no minimum). */
+enum { MV_Q6K_BLOCKS = 10 };
 
 /* Dynamic shared memory a launch may take without the kernel's opt-in
  * (cudaFuncAttributeMaxDynamicSharedMemorySize): 48 KB (CUDA C++
@@ -126,22 +136,22 @@ static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *sta
  * (1 for decode and routes, so that the accumulators of unused tokens take
  * no registers). */
 /* The matrix of this block of a dense quantised launch (blk0). */
-static inline __device__ int mv_mat_of(const mv_job &job)
+static inline __device__ int mv_mat_of(const mv_job &job, int blk)
 {
     int mat = 0;
 #pragma unroll
     for (int m = 1; m < GK_MATVEC_MAX_MATS; m++)
-        mat += (int)blockIdx.x >= job.blk0[m];
+        mat += blk >= job.blk0[m];
     return mat;
 }
 
-template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat)
+template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat, int blk)
 {
     const gk_mat &w = job.w[mat], &w2 = job.up;
     const gk_out &out = job.out[mat];
     const gk_act &x = job.x;
     const gk_rows &rows = job.rows;
-    const int64_t r = (int64_t)(blockIdx.x - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
+    const int64_t r = (int64_t)(blk - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
     if (r >= w.n_rows)
         return;
     const int lane = threadIdx.x % GPU_WARP;
@@ -160,11 +170,11 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
         const bool two = c + GPU_WARP < n_chunks;
         const int c2 = two ? c + GPU_WARP : c;
         gq_chunk ch[2], chg[2];
-        gq_decode<T>(row, c, &ch[0]);
-        gq_decode<T>(row, c2, &ch[1]);
+        gq_decode_words<T>(row, c, &ch[0]);
+        gq_decode_words<T>(row, c2, &ch[1]);
         if (GLU) {
-            gq_decode<T>(row2, c, &chg[0]);
-            gq_decode<T>(row2, c2, &chg[1]);
+            gq_decode_words<T>(row2, c, &chg[0]);
+            gq_decode_words<T>(row2, c2, &chg[1]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -190,28 +200,35 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
 }
 
 template <int T, bool GLU, int NT>
-__global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q(const mv_job job)
+__global__ void __launch_bounds__(MV_WARPS *GPU_WARP, T == GQ_Q6_K && !GLU && NT == 1 ? MV_Q6K_BLOCKS : 0)
+    k_matvec_q(const mv_job job)
 {
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;
-    mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job));
+    const int blk = (int)blockIdx.x;
+    mv_row_q<T, GLU, NT>(job, job.rows.routes != NULL ? 0 : mv_mat_of(job, blk), blk);
 }
 
 /* Dense one-token launches whose last matrix has another type (Q4_K_M's
  * and Q5_K_M's attn_v is Q6_K where Q and K are not): that matrix's grid
  * row decodes with its own type, so Q, K and V still take one launch.
- * Only the pairs below, so the instances stay few. */
+ * Only the pairs below, so the instances stay few.  The last matrix's
+ * blocks take the grid's first indices (blocks are placed in index order):
+ * its rows are the slower ones (a Q6_K chunk's 20 loads against Q4_K's
+ * 8 words and a few bytes), so they should start first, not last. */
 #define MV_MIXED_PAIRS(X) X(GQ_Q4_K, GQ_Q6_K) X(GQ_Q5_K, GQ_Q6_K)
 
-template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k_matvec_q_mixed(const mv_job job)
+template <int T, int TL>
+__global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_mixed(const mv_job job)
 {
     gpu_pdl_wait();
-    const int mat = mv_mat_of(job);
+    const int last0 = job.blk0[job.n_mats - 1], blk = ((int)blockIdx.x + last0) % job.blk0[job.n_mats];
+    const int mat = mv_mat_of(job, blk);
     if (mat == job.n_mats - 1)
-        mv_row_q<TL, false, 1>(job, mat);
+        mv_row_q<TL, false, 1>(job, mat, blk);
     else
-        mv_row_q<T, false, 1>(job, mat);
+        mv_row_q<T, false, 1>(job, mat, blk);
 }
 
 /* The staged launch (expert down projections: rows of a few chunks, many
@@ -224,6 +241,12 @@ template <int T, int TL> __global__ void __launch_bounds__(MV_WARPS *GPU_WARP) k
  * "CUDA decode, session 6: the MoE block").  The same per-chunk terms, in
  * the same order, as k_matvec_q, so the same bits as quantize + matvec. */
 enum { MVS_ROWS = 4, MVS_WARPS = 8, MVS_LINE = 128 };
+
+/* The Q6_K instance is compiled for 4 blocks an SM (64 registers, no
+ * spills), as the two-byte decode was: the word decode's 4 rows x 18 words
+ * took 73 without the bound, 3 blocks an SM, and the down launch's 512
+ * blocks (8 routes x 2048 rows) 1.29 waves. */
+enum { MVS_Q6K_BLOCKS = 4 };
 
 /* The weights do not depend on the staged row, so before staging each
  * lane asks for one 128-byte line of its warp's MVS_ROWS rows (one
@@ -248,7 +271,8 @@ static inline __device__ void mvs_prefetch(const uint8_t *w, const gk_mat &wm, i
 #endif
 }
 
-template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec_staged(const mv_job job)
+template <int T>
+__global__ void __launch_bounds__(MVS_WARPS *GPU_WARP, T == GQ_Q6_K ? MVS_Q6K_BLOCKS : 0) k_matvec_staged(const mv_job job)
 {
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
@@ -276,7 +300,7 @@ template <int T> __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP) k_matvec
         gq_chunk ch[MVS_ROWS];
 #pragma unroll
         for (int k = 0; k < MVS_ROWS; k++) /* rows past the end decode the last again, unused */
-            gq_decode<T>(p.w + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * w.row_bytes, c, &ch[k]);
+            gq_decode_words<T>(p.w + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * w.row_bytes, c, &ch[k]);
         const int4 *aq = (const int4 *)(xq + 32 * c);
         const int4 a0 = aq[0], a1 = aq[1];
         const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};

@@ -3,8 +3,8 @@
  * rows are read once per step at the memory's pace: the output projection
  * (Qwen3-30B-A3B: 151936 Q6_K rows, 255 MB; docs/PERFORMANCE.md "CUDA
  * decode, session 7").  matvec.cu's kernel has each lane decode its chunks
- * straight from global memory (a Q6_K chunk is 32 two-byte loads spread
- * over the row), so its launch is bound by the L1's load throughput.
+ * straight from global memory (a Q6_K chunk is 20 loads spread over the
+ * row), so its launch is bound by the L1's load throughput.
  *
  * Here a persistent grid (as many blocks as stay resident) walks tiles of
  * MVH_WARPS * R consecutive rows; each tile is copied into shared memory
@@ -23,6 +23,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "row_norm.cuh"
+#include "quant_words.cuh"
 
 enum {
     MVH_THREADS = GK_NORM_THREADS, /* the norm's block: the same sums as gk_rmsnorm */
@@ -34,50 +35,6 @@ enum {
 
 /* The types the launch takes (the usual output-projection types). */
 #define MVH_TYPES(X) X(GQ_Q4_K) X(GQ_Q5_K) X(GQ_Q6_K) X(GQ_Q8_0)
-
-/* gq_decode<GQ_Q6_K> for a row that starts 4-byte aligned in shared
- * memory.  Super-blocks are 210 bytes, so a chunk's 32-byte runs of low
- * and high bits start at even offsets: each run is read as 9 aligned words
- * and realigned by funnel shifts that also select the chunk's nibble or
- * bit pair (18 four-byte loads a chunk instead of 32 two-byte ones).  The
- * bits shifted in from the next word land outside the masks, so q, s and m
- * are gq_decode's. */
-static inline __device__ void mvh_decode_q6k(const uint8_t *row, int c, gq_chunk *o)
-{
-    const int base = 210 * (c / 8), j = c % 8, k4 = j % 4;
-    const int skew = 8 * (base & 3); /* 0 or 16 bits */
-    const uint32_t *ql = (const uint32_t *)(row + ((base + 64 * (j / 4) + 32 * (k4 & 1)) & ~3));
-    const uint32_t *qh = (const uint32_t *)(row + ((base + 128 + 32 * (j / 4)) & ~3));
-    const unsigned lshift = skew + 4 * (k4 >> 1), hshift = skew + 2 * k4;
-    uint32_t l[9], h[9];
-#pragma unroll
-    for (int k = 0; k < 9; k++) {
-        l[k] = ql[k];
-        h[k] = qh[k];
-    }
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const uint32_t low = __funnelshift_r(l[k], l[k + 1], lshift) & 0x0F0F0F0Fu;
-        const uint32_t high = (__funnelshift_r(h[k], h[k + 1], hshift) & 0x03030303u) << 4;
-        o->q[k] = (int32_t)(low | high);
-    }
-    const uint8_t *b = row + base;
-    const uint32_t sc = *(const uint16_t *)(b + 192 + 2 * j);
-    const float d = gpu_half_bits_to_float(*(const unsigned short *)(b + 208));
-#pragma unroll
-    for (int h2 = 0; h2 < 2; h2++) {
-        o->s[h2] = d * (float)(int8_t)(uint8_t)(sc >> (8 * h2));
-        o->m[h2] = -32.0f * o->s[h2];
-    }
-}
-
-template <int T> static inline __device__ void mvh_decode(const uint8_t *row, int c, gq_chunk *o)
-{
-    if constexpr (T == GQ_Q6_K)
-        mvh_decode_q6k(row, c, o);
-    else
-        gq_decode<T>(row, c, o);
-}
 
 /* Where a launch's shared memory goes: MVH_STAGES tiles, then the 8-bit
  * activation row (n bytes) and its meta (a 16-byte unit per chunk). */
@@ -141,8 +98,8 @@ static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, int
         gq_chunk ch[2][R];
 #pragma unroll
         for (int u = 0; u < R; u++) {
-            mvh_decode<T>(rows + u * w.row_bytes, c, &ch[0][u]);
-            mvh_decode<T>(rows + u * w.row_bytes, c2, &ch[1][u]);
+            gq_decode_words<T>(rows + u * w.row_bytes, c, &ch[0][u]);
+            gq_decode_words<T>(rows + u * w.row_bytes, c2, &ch[1][u]);
         }
 #pragma unroll
         for (int p = 0; p < 2; p++) {
