@@ -29,20 +29,7 @@ __global__ void __launch_bounds__(GPU_WARP) k_moe_topk(gk_gating g, const float 
         for (int e = lane; e < g.n_expert; e += GPU_WARP)
             probs[e] = 1.0f / (1.0f + expf(-l[e]));
     } else {
-        float mx = -INFINITY;
-        for (int e = lane; e < g.n_expert; e += GPU_WARP)
-            mx = fmaxf(mx, l[e]);
-        mx = warp_max(mx);
-        double sum = 0.0; /* as op_softmax: the sum in double */
-        for (int e = lane; e < g.n_expert; e += GPU_WARP) {
-            probs[e] = expf(l[e] - mx);
-            sum += probs[e];
-        }
-        for (int m = GPU_WARP / 2; m > 0; m /= 2)
-            sum += gpu_shfl_xor(sum, m);
-        const float inv = (float)(1.0 / sum);
-        for (int e = lane; e < g.n_expert; e += GPU_WARP)
-            probs[e] *= inv;
+        warp_softmax(l, probs, g.n_expert);
     }
     __shared__ float picked[CB_MAX_USED];
     for (int e = lane; e < g.n_expert; e += GPU_WARP)

@@ -17,29 +17,7 @@
  */
 #include "common.cuh"
 #include "kernels_arch.h"
-
-struct sel_best {
-    float v;
-    int i; /* -1: none */
-};
-
-/* b beats a: a real candidate, a larger value, or the lower id on a tie. */
-static inline __device__ bool sel_better(sel_best a, sel_best b)
-{
-    return b.i >= 0 && (a.i < 0 || b.v > a.v || (b.v == a.v && b.i < a.i));
-}
-
-static inline __device__ sel_best sel_warp_best(sel_best x)
-{
-    for (int m = GPU_WARP / 2; m > 0; m /= 2) {
-        sel_best o;
-        o.v = gpu_shfl_xor(x.v, m);
-        o.i = gpu_shfl_xor(x.i, m);
-        if (sel_better(x, o))
-            x = o;
-    }
-    return x;
-}
+#include "tail.cuh" /* the selection rule (best, better, warp_best) and warp_softmax */
 
 /* The gating output of every expert into probs. */
 static inline __device__ void sel_gate(const gk_select &g, const float *l, float *probs)
@@ -50,20 +28,7 @@ static inline __device__ void sel_gate(const gk_select &g, const float *l, float
             probs[e] = g.func == 2 ? 1.0f / (1.0f + expf(-l[e])) : l[e];
         return;
     }
-    float mx = -INFINITY;
-    for (int e = lane; e < g.n_expert; e += GPU_WARP)
-        mx = fmaxf(mx, l[e]);
-    mx = warp_max(mx);
-    double sum = 0.0; /* as op_softmax: the sum in double */
-    for (int e = lane; e < g.n_expert; e += GPU_WARP) {
-        probs[e] = expf(l[e] - mx);
-        sum += probs[e];
-    }
-    for (int m = GPU_WARP / 2; m > 0; m /= 2)
-        sum += gpu_shfl_xor(sum, m);
-    const float inv = (float)(1.0 / sum);
-    for (int e = lane; e < g.n_expert; e += GPU_WARP)
-        probs[e] *= inv;
+    warp_softmax(l, probs, g.n_expert);
 }
 
 /* Marks chosen the experts outside the n_group_used best groups (moe.c's
@@ -87,11 +52,11 @@ static inline __device__ void sel_groups(const gk_select &g, const float *score,
     __syncwarp();
     if (lane == 0)
         for (int k = 0; k < g.n_group_used; k++) {
-            int best = -1;
+            int top = -1;
             for (int grp = 0; grp < g.n_group; grp++)
-                if (!gtaken[grp] && (best < 0 || gscore[grp] > gscore[best]))
-                    best = grp;
-            gtaken[best] = 1;
+                if (!gtaken[grp] && (top < 0 || gscore[grp] > gscore[top]))
+                    top = grp;
+            gtaken[top] = 1;
         }
     __syncwarp();
     for (int e = lane; e < g.n_expert; e += GPU_WARP)
@@ -146,13 +111,13 @@ __global__ void __launch_bounds__(GPU_WARP) k_route_select(gk_select g, const fl
     if (g.n_group > 1)
         sel_groups(g, score, gscore, gtaken, chosen);
     for (int k = 0; k < g.n_used; k++) {
-        sel_best b = {0.0f, -1};
+        best b = {0.0f, -1};
         for (int e = lane; e < g.n_expert; e += GPU_WARP) {
-            const sel_best c = {score[e], e};
-            if (!chosen[e] && sel_better(b, c))
+            const best c = {score[e], e};
+            if (!chosen[e] && better(b, c))
                 b = c;
         }
-        b = sel_warp_best(b);
+        b = warp_best(b);
         if (lane == 0) {
             const int e = b.i >= 0 ? b.i : 0; /* every score NaN: expert 0, as harmless as any */
             chosen[e] = 1;

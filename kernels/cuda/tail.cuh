@@ -3,8 +3,8 @@
  * every block's output is written, so that a step needs no launch of its
  * own for it (decode is bound by the latency of dependent launches, not by
  * bytes: docs/PERFORMANCE.md, "CUDA backend"): the MoE gating and top-k of
- * the router logits (gk_topk_rows; the selection rule is shared with
- * moe.cu's general kernel).
+ * the router logits (gk_topk_rows; the selection rule and the warp
+ * softmax are shared with moe.cu's general kernel and router.cu).
  *
  * The last block is found by the usual fence-then-count pattern: every
  * thread fences its writes, one atomic per block counts the blocks done,
@@ -65,6 +65,28 @@ static inline __device__ best warp_best(best x)
             x = o;
     }
     return x;
+}
+
+/* A warp's softmax of l[0..n) into probs (lane l: experts l + 32 j), the
+ * sum of exponentials in double as op_softmax; shared by moe.cu's general
+ * top-k and router.cu's selection. */
+static inline __device__ void warp_softmax(const float *l, float *probs, int n)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += GPU_WARP)
+        mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int e = lane; e < n; e += GPU_WARP) {
+        probs[e] = expf(l[e] - mx);
+        sum += probs[e];
+    }
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        sum += gpu_shfl_xor(sum, m);
+    const float inv = (float)(1.0 / sum);
+    for (int e = lane; e < n; e += GPU_WARP)
+        probs[e] *= inv;
 }
 
 enum { TK_PER_LANE = GK_TAIL_MAX_EXPERTS / GPU_WARP };
