@@ -20,9 +20,12 @@
 
 #include "quant.cuh"
 
+/* The aligned word at or below p, by pointer arithmetic: a round trip
+ * through an integer hides from the compiler that p points to shared or
+ * global memory, and the loads become generic ones. */
 static inline __device__ const uint32_t *gq_word_below(const uint8_t *p)
 {
-    return (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    return (const uint32_t *)(p - ((uintptr_t)p & 3));
 }
 
 static inline __device__ void gq_decode_q6k_words(const uint8_t *row, int c, gq_chunk *o)
