@@ -132,9 +132,6 @@ static inline __device__ void mv_stage_row(const float *xf, int64_t n, int4 *sta
     }
 }
 
-/* A warp's row of a quantised launch.  NT: the most tokens of a launch
- * (1 for decode and routes, so that the accumulators of unused tokens take
- * no registers). */
 /* The matrix of this block of a dense quantised launch (blk0). */
 static inline __device__ int mv_mat_of(const mv_job &job, int blk)
 {
@@ -145,36 +142,68 @@ static inline __device__ int mv_mat_of(const mv_job &job, int blk)
     return mat;
 }
 
-template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat, int blk)
+/* Q4_K chunk c with its 32 nibble bytes in two 16-byte loads, where
+ * gq_decode<GQ_Q4_K> takes 8 four-byte loads.  A lane reads a 32-byte run
+ * 32 bytes or more from its neighbours', so each four-byte load
+ * instruction of a warp touched about as many sectors as a 16-byte one:
+ * the gate/up launch asked L1 for 11 sectors a request and waited on the
+ * load queue (lg_throttle) 2.4-2.9 cycles an instruction; with these
+ * loads, half the sectors and 1.2-1.3 cycles.  The header (d, dmin, the
+ * scales) stays gq_decode's byte loads: one 16-byte load of it took more
+ * registers (a 4-register tuple a chunk), 84 against 72 in gate/up.
+ * (docs/PERFORMANCE.md, "CUDA decode, session 11: the experts'
+ * launches".)  Needs a 16-byte aligned row (144-byte blocks keep it so);
+ * q, s and m are gq_decode<GQ_Q4_K>'s. */
+static __device__ __forceinline__ void mv_decode_q4k_v16(const uint8_t *row, int c, gq_chunk *o)
 {
-    const gk_mat &w = job.w[mat], &w2 = job.up;
-    const gk_out &out = job.out[mat];
-    const gk_act &x = job.x;
-    const gk_rows &rows = job.rows;
-    const int64_t r = (int64_t)(blk - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
-    if (r >= w.n_rows)
-        return;
-    const int lane = threadIdx.x % GPU_WARP;
-    const mv_place p = mv_where(w, w2, rows, GLU);
-    const uint8_t *row = p.w + r * w.row_bytes;
-    const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
-    const int n_chunks = (int)(w.n_cols / 32);
-    float acc[NT], acc2[NT];
+    const uint8_t *b = row + (size_t)(c / 8) * 144;
+    const int j = c % 8, shift = 4 * (j % 2);
+    const uint4 n0 = *(const uint4 *)(b + 16 + 32 * (j / 2)), n1 = *(const uint4 *)(b + 32 + 32 * (j / 2));
+    const uint32_t n[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = acc2[t] = 0.0f;
-    /* Two chunks per lane per step, both decoded before either is used,
-     * so their loads are in flight together; a lane without a second chunk
-     * decodes its first again and adds nothing for it. */
+    for (int k = 0; k < 8; k++)
+        o->q[k] = (int32_t)((n[k] >> shift) & 0x0F0F0F0Fu);
+    int s, m;
+    gq_k4_scale_min(b + 4, j, &s, &m);
+    gq_single(o, gq_f16(b) * (float)s, -(gq_f16(b + 2) * (float)m));
+}
+
+/* Chunk c of a row: by 16-byte loads (V16: Q4_K rows known to be 16-byte
+ * aligned), else gq_decode_words. */
+template <int T, bool V16> static __device__ __forceinline__ void mv_decode(const uint8_t *row, int c, gq_chunk *o)
+{
+    if constexpr (V16)
+        mv_decode_q4k_v16(row, c, o);
+    else
+        gq_decode_words<T>(row, c, o);
+}
+
+/* Whether rows from p on, row_bytes apart, are all 16-byte aligned.  The
+ * expert pointers (a GGUF's tensor data, the hybrid slab's slots) are not
+ * promised to be, so the kernels ask and fall back to four-byte loads. */
+static inline __device__ bool mv_rows_v16(const uint8_t *p, int64_t row_bytes)
+{
+    return (((uintptr_t)p | (uintptr_t)row_bytes) & 15) == 0;
+}
+
+/* A lane's part of a row's dots (and the up row's with GLU), into acc and
+ * acc2: two chunks per lane per step, both decoded before either is used,
+ * so their loads are in flight together; a lane without a second chunk
+ * decodes its first again and adds nothing for it. */
+template <int T, bool GLU, int NT, bool V16>
+static __device__ __forceinline__ void mv_row_dots(const uint8_t *row, const uint8_t *row2, int n_chunks,
+                                                   const gk_act &x, const mv_place &p, float *acc, float *acc2)
+{
+    const int lane = threadIdx.x % GPU_WARP;
     for (int c = lane; c < n_chunks; c += 2 * GPU_WARP) {
         const bool two = c + GPU_WARP < n_chunks;
         const int c2 = two ? c + GPU_WARP : c;
         gq_chunk ch[2], chg[2];
-        gq_decode_words<T>(row, c, &ch[0]);
-        gq_decode_words<T>(row, c2, &ch[1]);
+        mv_decode<T, V16>(row, c, &ch[0]);
+        mv_decode<T, V16>(row, c2, &ch[1]);
         if (GLU) {
-            gq_decode_words<T>(row2, c, &chg[0]);
-            gq_decode_words<T>(row2, c2, &chg[1]);
+            mv_decode<T, V16>(row2, c, &chg[0]);
+            mv_decode<T, V16>(row2, c2, &chg[1]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -195,6 +224,34 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
             }
         }
     }
+}
+
+/* A warp's row of a quantised launch.  NT: the most tokens of a launch
+ * (1 for decode and routes, so that the accumulators of unused tokens take
+ * no registers).  The one-token GLU launch (experts' gate/up) of Q4_K
+ * reads by 16-byte loads where its rows allow. */
+template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row_q(const mv_job &job, int mat, int blk)
+{
+    const gk_mat &w = job.w[mat], &w2 = job.up;
+    const gk_out &out = job.out[mat];
+    const gk_act &x = job.x;
+    const gk_rows &rows = job.rows;
+    const int64_t r = (int64_t)(blk - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
+    if (r >= w.n_rows)
+        return;
+    const mv_place p = mv_where(w, w2, rows, GLU);
+    const uint8_t *row = p.w + r * w.row_bytes;
+    const uint8_t *row2 = GLU ? p.w2 + r * w2.row_bytes : NULL;
+    const int n_chunks = (int)(w.n_cols / 32);
+    float acc[NT], acc2[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = acc2[t] = 0.0f;
+    constexpr bool v16 = T == GQ_Q4_K && GLU && NT == 1;
+    if (v16 && mv_rows_v16(row, w.row_bytes) && mv_rows_v16(row2, w2.row_bytes))
+        mv_row_dots<T, GLU, NT, v16>(row, row2, n_chunks, x, p, acc, acc2);
+    else
+        mv_row_dots<T, GLU, NT, false>(row, row2, n_chunks, x, p, acc, acc2);
     gpu_pdl_trigger();
     mv_store<NT>(out, p, r, acc, acc2, GLU);
 }
@@ -242,11 +299,13 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_
  * the same order, as k_matvec_q, so the same bits as quantize + matvec. */
 enum { MVS_ROWS = 4, MVS_WARPS = 8, MVS_LINE = 128 };
 
-/* The Q6_K instance is compiled for 4 blocks an SM (64 registers, no
- * spills), as the two-byte decode was: the word decode's 4 rows x 18 words
- * took 73 without the bound, 3 blocks an SM, and the down launch's 512
- * blocks (8 routes x 2048 rows) 1.29 waves. */
-enum { MVS_Q6K_BLOCKS = 4 };
+/* The Q6_K and Q4_K instances are compiled for 4 blocks an SM (64
+ * registers, no spills), as the two-byte Q6_K decode and the four-byte
+ * Q4_K one were: the Q6_K word decode's 4 rows x 18 words took 73 without
+ * the bound, the Q4_K 16-byte loads 74 (a 16-byte load fills an aligned
+ * 4-register tuple): 3 blocks an SM, and the down launch's 512 blocks
+ * (8 routes x 2048 rows) 1.29 waves. */
+enum { MVS_MIN_BLOCKS = 4 };
 
 /* The weights do not depend on the staged row, so before staging each
  * lane asks for one 128-byte line of its warp's MVS_ROWS rows (one
@@ -271,8 +330,98 @@ static inline __device__ void mvs_prefetch(const uint8_t *w, const gk_mat &wm, i
 #endif
 }
 
+/* Row k of a warp's MVS_ROWS from r0; rows past the end are the last
+ * again (decoded, never stored). */
+static inline __device__ const uint8_t *mvs_row(const uint8_t *w, const gk_mat &wm, int64_t r0, int k)
+{
+    return w + (r0 + k < wm.n_rows ? r0 + k : wm.n_rows - 1) * wm.row_bytes;
+}
+
+/* The staged row's chunk c against a decoded chunk, added to *acc. */
 template <int T>
-__global__ void __launch_bounds__(MVS_WARPS *GPU_WARP, T == GQ_Q6_K ? MVS_Q6K_BLOCKS : 0) k_matvec_staged(const mv_job job)
+static __device__ __forceinline__ void mvs_dot(const gq_chunk *ch, const int8_t *xq, const int4 *xm, int c, float *acc)
+{
+    const int4 *aq = (const int4 *)(xq + 32 * c);
+    const int4 a0 = aq[0], a1 = aq[1];
+    const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const int4 m = xm[c];
+    *acc += __int_as_float(m.x) * gq_chunk_dot<T>(ch, a, m.y, m.z);
+}
+
+/* Rows of up to MVS_SPREAD * GPU_WARP / MVS_ROWS chunks (768 values: the
+ * experts' down rows of Qwen3-30B-A3B, 24 chunks) take the warp's
+ * MVS_ROWS x n_chunks (row, chunk) items spread over all its lanes,
+ * item i in lane i % 32: MVS_SPREAD decodes a lane instead of MVS_ROWS on
+ * 24 of the 32 lanes, so fewer loads a lane and fewer registers held
+ * (a Q6_K chunk's 18 words).  Each item's term is then shuffled to the
+ * lane that the chunk loop below gives it (chunk c in lane c), so the
+ * warp sums add the same terms in the same order.  The Q6_K down launch
+ * went from 10.98 to 10.3 us (Nsight Compute, serialised;
+ * docs/PERFORMANCE.md, "CUDA decode, session 11: the experts'
+ * launches"). */
+enum { MVS_SPREAD = 3 };
+
+template <int T, bool V16>
+static __device__ __forceinline__ void mvs_dots_spread(const uint8_t *w, const gk_mat &wm, int64_t r0, int n_chunks,
+                                                       const int8_t *xq, const int4 *xm, float *acc)
+{
+    const int lane = threadIdx.x % GPU_WARP, n_items = MVS_ROWS * n_chunks;
+    gq_chunk ch[MVS_SPREAD];
+    int cs[MVS_SPREAD];
+#pragma unroll
+    for (int s = 0; s < MVS_SPREAD; s++) {
+        const int i = min(s * GPU_WARP + lane, n_items - 1), k = i / n_chunks;
+        cs[s] = i - k * n_chunks;
+        if (s * GPU_WARP < n_items)
+            mv_decode<T, V16>(mvs_row(w, wm, r0, k), cs[s], &ch[s]);
+    }
+    float term[MVS_SPREAD];
+#pragma unroll
+    for (int s = 0; s < MVS_SPREAD; s++) {
+        term[s] = 0.0f;
+        if (s * GPU_WARP < n_items)
+            mvs_dot<T>(&ch[s], xq, xm, cs[s], &term[s]);
+    }
+#pragma unroll
+    for (int k = 0; k < MVS_ROWS; k++) { /* a shuffle per slot: a uniform pick of term[] became local memory */
+        const int i = k * n_chunks + lane;
+        float v = 0.0f;
+#pragma unroll
+        for (int s = 0; s < MVS_SPREAD; s++) {
+            const float t = gpu_shfl(term[s], i % GPU_WARP);
+            v = i / GPU_WARP == s ? t : v;
+        }
+        acc[k] = lane < n_chunks ? v : 0.0f;
+    }
+}
+
+/* A lane's part of its warp's MVS_ROWS row dots: chunk c of every row in
+ * lane c % 32, decoded for all rows before their dots. */
+template <int T, bool V16>
+static __device__ __forceinline__ void mvs_dots(const uint8_t *w, const gk_mat &wm, int64_t r0, const int8_t *xq,
+                                                const int4 *xm, float *acc)
+{
+    const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(wm.n_cols / 32);
+    if (n_chunks > 0 && MVS_ROWS * n_chunks <= MVS_SPREAD * GPU_WARP) {
+        mvs_dots_spread<T, V16>(w, wm, r0, n_chunks, xq, xm, acc);
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < MVS_ROWS; k++)
+        acc[k] = 0.0f;
+    for (int c = lane; c < n_chunks; c += GPU_WARP) {
+        gq_chunk ch[MVS_ROWS];
+#pragma unroll
+        for (int k = 0; k < MVS_ROWS; k++)
+            mv_decode<T, V16>(mvs_row(w, wm, r0, k), c, &ch[k]);
+#pragma unroll
+        for (int k = 0; k < MVS_ROWS; k++)
+            mvs_dot<T>(&ch[k], xq, xm, c, &acc[k]);
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(MVS_WARPS *GPU_WARP, T == GQ_Q6_K || T == GQ_Q4_K ? MVS_MIN_BLOCKS : 0) k_matvec_staged(const mv_job job)
 {
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
@@ -291,25 +440,13 @@ __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP, T == GQ_Q6_K ? MVS_Q6K_BL
     __syncthreads();
     if (r0 >= w.n_rows)
         return;
-    const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(w.n_cols / 32);
+    const int lane = threadIdx.x % GPU_WARP;
     float acc[MVS_ROWS];
-#pragma unroll
-    for (int k = 0; k < MVS_ROWS; k++)
-        acc[k] = 0.0f;
-    for (int c = lane; c < n_chunks; c += GPU_WARP) {
-        gq_chunk ch[MVS_ROWS];
-#pragma unroll
-        for (int k = 0; k < MVS_ROWS; k++) /* rows past the end decode the last again, unused */
-            gq_decode_words<T>(p.w + (r0 + k < w.n_rows ? r0 + k : w.n_rows - 1) * w.row_bytes, c, &ch[k]);
-        const int4 *aq = (const int4 *)(xq + 32 * c);
-        const int4 a0 = aq[0], a1 = aq[1];
-        const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        const int4 m = xm[c];
-        const float d = __int_as_float(m.x);
-#pragma unroll
-        for (int k = 0; k < MVS_ROWS; k++)
-            acc[k] += d * gq_chunk_dot<T>(&ch[k], a, m.y, m.z);
-    }
+    constexpr bool v16 = T == GQ_Q4_K;
+    if (v16 && mv_rows_v16(p.w, w.row_bytes))
+        mvs_dots<T, v16>(p.w, w, r0, xq, xm, acc);
+    else
+        mvs_dots<T, false>(p.w, w, r0, xq, xm, acc);
     gpu_pdl_trigger();
 #pragma unroll
     for (int k = 0; k < MVS_ROWS; k++) {
