@@ -118,54 +118,14 @@ IQ1_INLINE __m512i iq1_gather(__m256i idx)
     return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
 }
 
-/* Groups 0 .. IQ1_GATHERED - 1 of a super-block's four by gathers, the rest
- * by plain loads (iq1_points_loaded).  Measured on the host with 3, 2, 1 and
- * 0: each 0.6-0.7x HEAD's four gathers (docs/PERFORMANCE.md, "IQ kernels,
- * session 11: IQ1_S"); kept in history only, reverted by the next commit. */
-enum { IQ1_GATHERED = 3 };
-
-/* Grid points g + 1 of 4 indices, read from memory as two qwords of two
- * dword indices each (one load a pair, the high one by a shift), by plain
- * loads: a broadcast load and three broadcast loads merged under masks 2,
- * 4, 8 (a load and one p05 op each). */
-IQ1_INLINE __m256i iq1_points4(const uint64_t pairs[2])
-{
-    const uint64_t q0 = pairs[0], q1 = pairs[1];
-    const uint32_t ix[4] = {(uint32_t)q0, (uint32_t)(q0 >> 32), (uint32_t)q1, (uint32_t)(q1 >> 32)};
-    __m256i p = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(iq1s_grid_p1 + ix[0])));
-    _Pragma("GCC unroll 3")
-    for (int l = 1; l < 4; l++)
-        p = _mm256_mask_broadcastq_epi64(p, (__mmask8)(1u << l), _mm_loadl_epi64((const __m128i *)(iq1s_grid_p1 + ix[l])));
-    return p;
-}
-
-/* Grid points g + 1 of 8 indices (4 qwords of index pairs in memory). */
-IQ1_INLINE __m512i iq1_points_loaded(const uint64_t pairs[4])
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(iq1_points4(pairs)), iq1_points4(pairs + 2), 1);
-}
-
 /* One super-block (its 25 words) against activations in registers (act: the
  * 256 qs as 4 x 64 bytes; bsums: the 16 block sums): 16 int32 lanes whose
  * sum is its exact integer total. */
 IQ1_INLINE __m512i iq1s_super_act(__m512i words, const __m512i act[4], __m256i bsums)
 {
-    const __m512i idx[2] = {iq1_indices(words, 0), iq1_indices(words, 1)};
-    /* half h's 16 indices as 8 qwords of index pairs, stored only where a
-     * group of the half is loaded; the empty asm keeps GCC from taking them
-     * out of the vector by extracts (port 5) instead of loads */
-    _Alignas(64) uint64_t pairs[2][8];
-    _Pragma("GCC unroll 2")
-    for (int h = 0; h < 2; h++)
-        if (2 * h + 1 >= IQ1_GATHERED) {
-            _mm512_store_si512(pairs[h], idx[h]);
-            __asm__("" : "+m"(pairs[h]));
-        }
-    __m512i g[4];
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        g[p] = p < IQ1_GATHERED ? iq1_gather(p & 1 ? _mm512_extracti64x4_epi64(idx[p >> 1], 1) : _mm512_castsi512_si256(idx[p >> 1]))
-                                : iq1_points_loaded(pairs[p >> 1] + 4 * (p & 1));
+    const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
+    const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
+                          iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
     const __m256i lsign = _mm256_srli_epi16(
         _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.qh_pairs), words)), 12);
     const __m256i bsum = _mm256_madd_epi16(_mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor)),
