@@ -6,15 +6,20 @@
  * a long chain of dependent steps (Nsight, docs/PERFORMANCE.md "CUDA
  * decode, session 5": 4 blocks, 13.6 + 3.4 us a layer).  Here:
  *
- *   - one block per (chunk of AD_CHUNK positions, KV head, AD_QS of the
- *     KV head's query heads): with AD_QS = 1, 8x the blocks, each with an
- *     eighth of the work, for a GQA group of 8 (against AD_QS = 2, tg128
- *     381 -> 389 t/s on the H200, every CUDA test passing: docs/
- *     PERFORMANCE.md, "Final device runs of session 6");
+ *   - one block per (chunk, KV head, AD_QS of the KV head's query
+ *     heads): with AD_QS = 1, 8x the blocks, each with an eighth of the
+ *     work, for a GQA group of 8 (against AD_QS = 2, tg128 381 -> 389 t/s
+ *     on the H200: docs/PERFORMANCE.md, "Final device runs of session 6");
+ *     a chunk is 128 positions over an F16 cache (ad_loads), so a decode
+ *     of up to 128 positions needs no merge;
  *   - every cache row of the chunk (K and V) is requested at the start,
- *     before the rope, so their loads overlap it (the token's own row,
- *     not yet in the cache, comes from shared memory, rounded as the cache
- *     holds it, so the scores are those of rope-then-attention);
+ *     with rope before the launch's wait (k_attn_decode), so their loads
+ *     overlap the wait and the rope (the token's own row, not yet in the
+ *     cache, comes from shared memory, rounded as the cache holds it, so
+ *     the scores are those of rope-then-attention);
+ *   - the softmax partials are the slots' own, merged as chunks are
+ *     (ad_attend): two block barriers in all, no pass of one warp over
+ *     the scores;
  *   - the block that finishes a head's last chunk combines the chunks
  *     (tail.cuh's fence-then-count), and a head of one chunk needs no
  *     combine at all: no second launch.
@@ -30,16 +35,25 @@
 #include "tail.cuh"
 
 /* AD_TPP threads share a position (8 values each of a head of at most
- * AD_MAX_DIM); AD_PASS positions a pass; the AD_LOADS passes of a chunk
+ * AD_MAX_DIM); AD_PASS positions a pass; the ad_loads passes of a chunk
  * are loaded at once. */
 enum {
-    AD_THREADS = 256, AD_WARPS = AD_THREADS / GPU_WARP, AD_TPP = 16, AD_PASS = AD_THREADS / AD_TPP, AD_LOADS = 4,
-    AD_CHUNK = AD_PASS * AD_LOADS, AD_MAX_DIM = 8 * AD_TPP, AD_QS = 1,
+    AD_THREADS = 256, AD_WARPS = AD_THREADS / GPU_WARP, AD_TPP = 16, AD_PASS = AD_THREADS / AD_TPP,
+    AD_MAX_DIM = 8 * AD_TPP, AD_QS = 1,
 };
 
-static inline __host__ __device__ int ad_chunks(int n_kv)
+/* Passes a chunk: an F16 row part is 4 registers, so 8 passes of K and V
+ * rows hold 64 a thread and a chunk covers 128 positions (the whole of
+ * tg128: no merge); an F32 part is 8, so 4 passes (64 positions). */
+static inline __host__ __device__ constexpr int ad_loads(bool f16)
 {
-    return (n_kv + AD_CHUNK - 1) / AD_CHUNK;
+    return f16 ? 8 : 4;
+}
+
+static inline __host__ __device__ int ad_chunks(int n_kv, bool f16)
+{
+    const int chunk = AD_PASS * ad_loads(f16);
+    return (n_kv + chunk - 1) / chunk;
 }
 
 /* Query heads per block: AD_QS where the group divides, else 1. */
@@ -49,19 +63,40 @@ static inline __host__ __device__ int ad_qs(int group)
 }
 
 /* This block's rows of the chunk (positions start + slot + AD_PASS u),
- * values 8 part .. 8 part + 7 of the head at col0; zero where there is no
- * row or value. */
-template <bool F16>
-static inline __device__ void ad_fetch(const void *cache, int64_t row, int64_t col0, int width, int start, int len,
+ * values 8 part .. 8 part + 7 of the head at col0, of the first n rows;
+ * zero past them and past the head. */
+template <bool F16, int LOADS>
+static inline __device__ void ad_fetch(const void *cache, int64_t row, int64_t col0, int width, int start, int n,
                                        kv_raw<F16> *raw)
 {
     const int part = threadIdx.x % AD_TPP, slot = threadIdx.x / AD_TPP;
 #pragma unroll
-    for (int u = 0; u < AD_LOADS; u++) {
+    for (int u = 0; u < LOADS; u++) {
         const int j = slot + AD_PASS * u;
-        raw[u] = j < len && 8 * part < width ? kv_fetch<F16>(cache, (int64_t)(start + j) * row + col0 + 8 * part)
-                                             : kv_zero<F16>();
+        raw[u] = j < n && 8 * part < width ? kv_fetch<F16>(cache, (int64_t)(start + j) * row + col0 + 8 * part)
+                                           : kv_zero<F16>();
     }
+}
+
+/* What a rope warp needs that no launch of the step writes: its head's
+ * norm gains (weights) and the angles at pos. */
+struct ad_rot {
+    float gain[QR_PER_LANE];
+    qr_angles an;
+};
+
+static inline __device__ bool ad_ropes(int qs, bool holds)
+{
+    const int warp = threadIdx.x / GPU_WARP;
+    return warp < qs || (warp == qs && holds);
+}
+
+static inline __device__ void ad_rot_prepare(const gk_rope &r, int qs, int pos, bool holds, ad_rot *rot)
+{
+    if (!ad_ropes(qs, holds))
+        return;
+    qr_load(r, threadIdx.x / GPU_WARP == qs ? r.k_norm : r.q_norm, rot->gain);
+    rot->an = qr_angles_at(r, pos);
 }
 
 /* ROPE: the block's query heads normed and rotated into qsh (a warp
@@ -70,8 +105,8 @@ static inline __device__ void ad_fetch(const void *cache, int64_t row, int64_t c
  * head pair also stores them in the cache.  Else the query heads as they
  * are. */
 template <bool ROPE>
-static inline __device__ void ad_queries(const gk_attn &a, const gk_rope &r, const float *q, int qs, int g, int pos,
-                                         bool holds, bool store, float *qsh, float *kh, float *vh)
+static inline __device__ void ad_queries(const gk_attn &a, const gk_rope &r, const ad_rot &rot, const float *q, int qs,
+                                         int g, int pos, bool holds, bool store, float *qsh, float *kh, float *vh)
 {
     const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP, dk = a.head_dim_k, dv = a.head_dim_v;
     if constexpr (!ROPE) {
@@ -79,14 +114,12 @@ static inline __device__ void ad_queries(const gk_attn &a, const gk_rope &r, con
             qsh[i] = q[i];
         return;
     }
-    if (warp < qs || (warp == qs && holds)) {
+    if (ad_ropes(qs, holds)) {
         const bool is_k = warp == qs;
-        float v[QR_PER_LANE], gain[QR_PER_LANE];
+        float v[QR_PER_LANE];
         qr_load(r, is_k ? r.k + (int64_t)g * dk : q + warp * dk, v);
-        qr_load(r, is_k ? r.k_norm : r.q_norm, gain);
-        const qr_angles an = qr_angles_at(r, pos);
         float *hv = is_k ? kh : qsh + warp * dk;
-        qk_head_finish(r, an, hv, v, gain, (is_k ? r.k_norm : r.q_norm) != NULL);
+        qk_head_finish(r, rot.an, hv, v, rot.gain, (is_k ? r.k_norm : r.q_norm) != NULL);
         if (!is_k)
             return;
         if (store)
@@ -102,33 +135,50 @@ static inline __device__ void ad_queries(const gk_attn &a, const gk_rope &r, con
     }
 }
 
-/* The scores of the chunk's positions for the block's heads into ps
- * (AD_CHUNK per head), scaled. */
+/* Eight values from 16-byte-aligned shared memory (zero where !live). */
+static inline __device__ void ad_shared8(const float *src, bool live, float *v)
+{
+    const float4 a = live ? ((const float4 *)src)[0] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 b = live ? ((const float4 *)src)[1] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* Row j's eight values of the thread: the token's own row (ROPE, last of
+ * the chunk) from shared memory, the others from the fetched parts. */
 template <bool F16, bool ROPE>
+static inline __device__ void ad_row8(const kv_raw<F16> &raw, bool own, const float *sh, bool live, float *v)
+{
+    if (ROPE && own)
+        ad_shared8(sh, live, v);
+    else
+        kv_floats<F16>(raw, v);
+}
+
+/* The scaled scores of the thread's positions (-inf past len), every
+ * thread of a slot holding its slot's: 8 products a thread, summed over
+ * the slot's AD_TPP threads by shuffles. */
+template <bool F16, bool ROPE, int LOADS>
 static inline __device__ void ad_scores(const gk_attn &a, const kv_raw<F16> *kr, int qs, int len, bool own_row,
-                                        const float *qsh, const float *kh, float *ps)
+                                        const float *qsh, const float *kh, float (*s)[LOADS])
 {
     const int part = threadIdx.x % AD_TPP, slot = threadIdx.x / AD_TPP, dk = a.head_dim_k;
     const bool live = 8 * part < dk;
+    float qv[AD_QS][8];
 #pragma unroll
-    for (int u = 0; u < AD_LOADS; u++) {
+    for (int h = 0; h < AD_QS; h++)
+        ad_shared8(qsh + h * dk + 8 * part, live && h < qs, qv[h]);
+#pragma unroll
+    for (int u = 0; u < LOADS; u++) {
         const int j = slot + AD_PASS * u;
         float kv[8];
-        if (ROPE && own_row && j == len - 1) {
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                kv[k] = live ? kh[8 * part + k] : 0.0f;
-        } else {
-            kv_floats<F16>(kr[u], kv);
-        }
+        ad_row8<F16, ROPE>(kr[u], own_row && j == len - 1, kh + 8 * part, live, kv);
         float acc[AD_QS];
 #pragma unroll
         for (int h = 0; h < AD_QS; h++) {
             acc[h] = 0.0f;
-            if (h < qs && live)
 #pragma unroll
-                for (int k = 0; k < 8; k++)
-                    acc[h] = fmaf(qsh[h * dk + 8 * part + k], kv[k], acc[h]);
+            for (int k = 0; k < 8; k++)
+                acc[h] = fmaf(qv[h][k], kv[k], acc[h]);
         }
 #pragma unroll
         for (int m = 1; m < AD_TPP; m *= 2)
@@ -136,80 +186,99 @@ static inline __device__ void ad_scores(const gk_attn &a, const kv_raw<F16> *kr,
             for (int h = 0; h < AD_QS; h++)
                 acc[h] += gpu_shfl_xor(acc[h], m);
 #pragma unroll
-        for (int h = 0; h < AD_QS; h++) /* constant indices: acc stays in registers */
-            if (h < qs && part == 0 && j < len)
-                ps[h * AD_CHUNK + j] = a.scale * acc[h];
+        for (int h = 0; h < AD_QS; h++)
+            s[h][u] = j < len ? a.scale * acc[h] : -INFINITY;
     }
 }
 
-/* Softmax partials of head `warp` over the chunk: ps becomes e^(s - max);
- * ml gets (max, sum). */
-static inline __device__ void ad_softmax(int qs, int len, float *ps, float (*ml)[2])
+/* e^(x - m), 0 where x is -inf (a slot or warp without positions). */
+static inline __device__ float ad_rescale(float x, float m)
 {
-    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    if (warp >= qs)
-        return;
-    const float2 ms = kv_softmax_partial(ps + warp * AD_CHUNK, len);
-    if (lane == 0) {
-        ml[warp][0] = ms.x;
-        ml[warp][1] = ms.y;
-    }
+    return x == -INFINITY ? 0.0f : expf(x - m);
 }
 
-/* The weighted V rows: thread (slot, part) sums its positions for values
- * 8 part .. + 7, then the slots are summed (the two of a warp by a
- * shuffle, the warps in order through red); returns value t % dv of head
- * t / dv for threads t < qs dv. */
-template <bool F16, bool ROPE>
-static inline __device__ float ad_values(const gk_attn &a, const kv_raw<F16> *vr, int qs, int len, bool own_row,
-                                         const float *vh, const float *ps, float (*red)[AD_QS * AD_MAX_DIM])
+/* The chunk's softmax partials without a block-wide pass over the
+ * scores: each slot takes the max of its own positions' scores, weights
+ * its V rows by e^(s - its max), and the slots are merged as chunks are
+ * (rescaled to the larger max): the warp's two by shuffles, the warps
+ * through red / wml in warp order.  Returns the unnormalised sum's value
+ * t % dv of head t / dv for threads t < qs dv, and that head's (max, sum
+ * of exponentials) in *ml. */
+template <bool F16, bool ROPE, int LOADS>
+static inline __device__ float ad_attend(const gk_attn &a, const kv_raw<F16> *kr, const kv_raw<F16> *vr, int qs,
+                                         int len, bool own_row, const float *qsh, const float *kh, const float *vh,
+                                         float (*red)[AD_QS * AD_MAX_DIM], float (*wml)[AD_QS][2], float2 *ml)
 {
     const int part = threadIdx.x % AD_TPP, slot = threadIdx.x / AD_TPP, dv = a.head_dim_v;
     const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    float acc[AD_QS][8];
+    const bool live = 8 * part < dv;
+    float s[AD_QS][LOADS];
+    ad_scores<F16, ROPE, LOADS>(a, kr, qs, len, own_row, qsh, kh, s);
+    float mx[AD_QS], sum[AD_QS], acc[AD_QS][8];
 #pragma unroll
-    for (int h = 0; h < AD_QS; h++)
+    for (int h = 0; h < AD_QS; h++) {
+        mx[h] = -INFINITY;
+        sum[h] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < LOADS; u++)
+            mx[h] = fmaxf(mx[h], s[h][u]);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[h][k] = 0.0f;
+    }
 #pragma unroll
-    for (int u = 0; u < AD_LOADS; u++) {
+    for (int u = 0; u < LOADS; u++) {
         const int j = slot + AD_PASS * u;
         if (j >= len)
             break;
         float v[8];
-        if (ROPE && own_row && j == len - 1) {
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                v[k] = 8 * part < dv ? vh[8 * part + k] : 0.0f;
-        } else {
-            kv_floats<F16>(vr[u], v);
-        }
+        ad_row8<F16, ROPE>(vr[u], own_row && j == len - 1, vh + 8 * part, live, v);
 #pragma unroll
         for (int h = 0; h < AD_QS; h++) {
-            const float p = h < qs ? ps[h * AD_CHUNK + j] : 0.0f;
+            const float p = expf(s[h][u] - mx[h]);
+            sum[h] += p;
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 acc[h][k] = fmaf(p, v[k], acc[h][k]);
         }
     }
 #pragma unroll
-    for (int h = 0; h < AD_QS; h++)
+    for (int h = 0; h < AD_QS; h++) {
+        const float m_o = gpu_shfl_xor(mx[h], AD_TPP), s_o = gpu_shfl_xor(sum[h], AD_TPP);
+        const float m = fmaxf(mx[h], m_o), f = ad_rescale(mx[h], m), f_o = ad_rescale(m_o, m);
+        sum[h] = sum[h] * f + s_o * f_o;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            acc[h][k] += gpu_shfl_xor(acc[h][k], AD_TPP);
+            acc[h][k] = acc[h][k] * f + gpu_shfl_xor(acc[h][k], AD_TPP) * f_o;
+        mx[h] = m;
+    }
 #pragma unroll
     for (int h = 0; h < AD_QS; h++)
-        if (h < qs && lane < AD_TPP && 8 * part < dv)
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                red[warp][h * dv + 8 * part + k] = acc[h][k];
+        if (h < qs && lane < AD_TPP) {
+            if (live) {
+                float4 *dst = (float4 *)(red[warp] + h * dv + 8 * part);
+                dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+                dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+            }
+            if (lane == 0) {
+                wml[warp][h][0] = mx[h];
+                wml[warp][h][1] = sum[h];
+            }
+        }
+    gpu_pdl_trigger(); /* left: the warps' merge, the chunks' merge and the stores */
     __syncthreads();
-    const int t = threadIdx.x;
-    float o = 0.0f;
-    if (t < qs * dv)
-        for (int w = 0; w < AD_WARPS; w++)
-            o += red[w][t];
+    const int t = threadIdx.x, h = t < qs * dv ? t / dv : 0;
+    float m = -INFINITY;
+    for (int w = 0; w < AD_WARPS; w++)
+        m = fmaxf(m, wml[w][h][0]);
+    float l = 0.0f, o = 0.0f;
+    for (int w = 0; w < AD_WARPS; w++) {
+        const float f = ad_rescale(wml[w][h][0], m);
+        l += f * wml[w][h][1];
+        if (t < qs * dv)
+            o += f * red[w][t];
+    }
+    *ml = make_float2(m, l);
     return o;
 }
 
@@ -239,48 +308,63 @@ static inline __device__ void ad_store(const gk_attn &a, int64_t head0, float v)
         q8_warp_store(v, a.out_q + (i - threadIdx.x % GPU_WARP), a.out_meta + 4 * ((i - threadIdx.x % GPU_WARP) / 32));
 }
 
+/* With ROPE, what does not depend on the launch before (the Q/K/V
+ * projection) happens before gpu_pdl_wait(): the step's position (copied
+ * from the host before the step's first launch), the cache rows before
+ * it (written by earlier steps), the norm gains and the rope angles.
+ * Every launch of a step waits for its predecessor before it signals
+ * (common.cuh), so when this launch starts every launch before the one
+ * it waits on has completed.  The token's own row is never read from the
+ * cache (kh / vh hold it).  Without rope the token's row is in the cache,
+ * written by the launch before: everything after the wait. */
 template <bool F16, bool ROPE>
 __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(gk_attn a, gk_rope r, const gk_step *step)
 {
-    gpu_pdl_wait();
-    __shared__ float qsh[AD_QS * AD_MAX_DIM], kh[AD_MAX_DIM], vh[AD_MAX_DIM], ps[AD_QS * AD_CHUNK];
-    __shared__ float red[AD_WARPS][AD_QS * AD_MAX_DIM];
-    __shared__ float ml[AD_QS][2];
+    constexpr int LOADS = ad_loads(F16), CHUNK = AD_PASS * LOADS;
+    if constexpr (!ROPE)
+        gpu_pdl_wait();
+    __shared__ __align__(16) float qsh[AD_QS * AD_MAX_DIM];
+    __shared__ __align__(16) float kh[AD_MAX_DIM];
+    __shared__ __align__(16) float vh[AD_MAX_DIM];
+    __shared__ __align__(16) float red[AD_WARPS][AD_QS * AD_MAX_DIM];
+    __shared__ float wml[AD_WARPS][AD_QS][2];
     const int group = a.n_head / a.n_head_kv, qs = ad_qs(group), pairs = group / qs;
     const int ch = blockIdx.x, g = blockIdx.y / pairs, pair = blockIdx.y % pairs;
-    const int pos = step->pos0, n_kv = pos + 1, start = ch * AD_CHUNK;
+    const int pos = step->pos0, n_kv = pos + 1, start = ch * CHUNK;
     if (start >= n_kv)
         return;
-    const int len = min(AD_CHUNK, n_kv - start), dk = a.head_dim_k, dv = a.head_dim_v;
-    const bool own_row = pos < start + AD_CHUNK;
+    const int len = min(CHUNK, n_kv - start), dk = a.head_dim_k, dv = a.head_dim_v;
+    const bool own_row = pos < start + CHUNK;
     const int64_t head0 = (int64_t)g * group + (int64_t)pair * qs;
-    kv_raw<F16> kr[AD_LOADS], vr[AD_LOADS];
-    ad_fetch<F16>(a.k, a.k_row, (int64_t)g * dk, dk, start, len, kr);
-    ad_fetch<F16>(a.v, a.v_row, (int64_t)g * dv, dv, start, len, vr);
-    ad_queries<ROPE>(a, r, a.q + head0 * dk, qs, g, pos, own_row, pair == 0, qsh, kh, vh);
+    const int cached = ROPE && own_row ? len - 1 : len;
+    kv_raw<F16> kr[LOADS], vr[LOADS];
+    ad_fetch<F16, LOADS>(a.k, a.k_row, (int64_t)g * dk, dk, start, cached, kr);
+    ad_fetch<F16, LOADS>(a.v, a.v_row, (int64_t)g * dv, dv, start, cached, vr);
+    ad_rot rot;
+    if constexpr (ROPE) {
+        ad_rot_prepare(r, qs, pos, own_row, &rot);
+        gpu_pdl_wait();
+    }
+    ad_queries<ROPE>(a, r, rot, a.q + head0 * dk, qs, g, pos, own_row, pair == 0, qsh, kh, vh);
     __syncthreads();
-    ad_scores<F16, ROPE>(a, kr, qs, len, own_row, qsh, kh, ps);
-    gpu_pdl_trigger(); /* left: the softmax, the values and the chunks' merge */
-    __syncthreads();
-    ad_softmax(qs, len, ps, ml);
-    __syncthreads();
-    const float o = ad_values<F16, ROPE>(a, vr, qs, len, own_row, vh, ps, red);
-    const int t = threadIdx.x, h = t / dv, used = ad_chunks(n_kv);
+    float2 cml;
+    const float o = ad_attend<F16, ROPE, LOADS>(a, kr, vr, qs, len, own_row, qsh, kh, vh, red, wml, &cml);
+    const int t = threadIdx.x, h = t / dv, used = ad_chunks(n_kv, F16);
     const bool mine = t < qs * dv; /* whole warps where out_q is written (dv % 32 == 0) */
     if (used == 1) {
         if (mine)
-            ad_store(a, head0, ad_merge(1, [&](int, int k) { return ml[h][k]; }, [&](int) { return o; }));
+            ad_store(a, head0, ad_merge(1, [&](int, int k) { return k == 0 ? cml.x : cml.y; }, [&](int) { return o; }));
         return;
     }
-    const int n_chunks = ad_chunks(a.max_kv);
+    const int n_chunks = ad_chunks(a.max_kv, F16);
     float *part = a.scratch + GK_ATTN_COUNTERS;
     const int64_t base = (head0 + h) * n_chunks; /* this thread's head's first chunk */
     float *accs = part + 2 * (int64_t)a.n_head * n_chunks;
     if (mine) {
         accs[(base + ch) * dv + t % dv] = o;
         if (t % dv == 0) {
-            part[2 * (base + ch)] = ml[h][0];
-            part[2 * (base + ch) + 1] = ml[h][1];
+            part[2 * (base + ch)] = cml.x;
+            part[2 * (base + ch) + 1] = cml.y;
         }
     }
     if (!gk_last_block((unsigned int *)a.scratch + blockIdx.y, (unsigned)used) || !mine)
@@ -306,7 +390,7 @@ extern "C" int gk_attention_decode(gpuStream_t s, const gk_attn *a, const gk_rop
 {
     if (!gk_attention_decode_fits(a))
         return (int)gpuErrorInvalidValue;
-    const dim3 grid((unsigned)ad_chunks(a->max_kv), (unsigned)(a->n_head / ad_qs(a->n_head / a->n_head_kv)));
+    const dim3 grid((unsigned)ad_chunks(a->max_kv, a->kv_f16), (unsigned)(a->n_head / ad_qs(a->n_head / a->n_head_kv)));
     const gk_rope r = rope != NULL ? *rope : gk_rope{};
     if (rope != NULL)
         return a->kv_f16 ? gk_launch(k_attn_decode<true, true>, grid, AD_THREADS, 0, s, *a, r, step)
