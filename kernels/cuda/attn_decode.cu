@@ -156,7 +156,8 @@ static inline __device__ void ad_row8(const kv_raw<F16> &raw, bool own, const fl
 
 /* The scaled scores of the thread's positions (-inf past len), every
  * thread of a slot holding its slot's: 8 products a thread, summed over
- * the slot's AD_TPP threads by shuffles. */
+ * the slot's AD_TPP threads by shuffles; only the passes that hold rows,
+ * so a short context costs what a short chunk does. */
 template <bool F16, bool ROPE, int LOADS>
 static inline __device__ void ad_scores(const gk_attn &a, const kv_raw<F16> *kr, int qs, int len, bool own_row,
                                         const float *qsh, const float *kh, float (*s)[LOADS])
@@ -168,7 +169,14 @@ static inline __device__ void ad_scores(const gk_attn &a, const kv_raw<F16> *kr,
     for (int h = 0; h < AD_QS; h++)
         ad_shared8(qsh + h * dk + 8 * part, live && h < qs, qv[h]);
 #pragma unroll
+    for (int u = 0; u < LOADS; u++)
+#pragma unroll
+        for (int h = 0; h < AD_QS; h++)
+            s[h][u] = -INFINITY;
+#pragma unroll
     for (int u = 0; u < LOADS; u++) {
+        if (AD_PASS * u >= len) /* no row left in the chunk: the same pass for every thread */
+            break;
         const int j = slot + AD_PASS * u;
         float kv[8];
         ad_row8<F16, ROPE>(kr[u], own_row && j == len - 1, kh + 8 * part, live, kv);
