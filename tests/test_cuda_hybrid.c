@@ -216,6 +216,45 @@ TEST(cuda_hybrid_flag_handoff_matches_host_nodes)
     close_case(&c);
 }
 
+/* A CPU side that stops answering fails the step with a message naming
+ * the hand-off, and does not poison the session: once it answers again,
+ * the same token at the same position decodes to the logits of a session
+ * that never stalled, bit for bit (hybrid decode is deterministic:
+ * cuda_hybrid_bit_identical_across_3_runs). */
+TEST(cuda_hybrid_stalled_cpu_side_fails_the_step_then_recovers)
+{
+    hy_case c;
+    REQUIRE_CASE("qwen3moe-kq-q4_k_m", &c);
+    gpu_options o = options(true, 0.5, 0);
+    o.handoff_flags = true;
+    o.handoff_bound_ns = 50000000; /* 50 ms a layer: the stalled step stays short */
+    float *want = malloc(sizeof(float) * c.r.n_vocab), *got = malloc(sizeof(float) * c.r.n_vocab);
+    CHECK(want != NULL && got != NULL);
+    gpu_session *g = NULL;
+    CHECK_OK(gpu_session_create(&g, &c.w, &o));
+    CHECK_OK(gpu_forward(g, 0, c.r.prompt, REF_PROMPT, false, want));
+    const int32_t next = ref_argmax(want, c.r.n_vocab);
+    CHECK_OK(gpu_forward(g, REF_PROMPT, &next, 1, false, want));
+    gpu_session_free(g);
+
+    CHECK_OK(gpu_session_create(&g, &c.w, &o));
+    CHECK_OK(gpu_forward(g, 0, c.r.prompt, REF_PROMPT, false, got));
+    gpu_hybrid_stall_cpu_side(g, true);
+    const hydra_status stalled = gpu_forward(g, REF_PROMPT, &next, 1, false, got);
+    if (stalled == HYDRA_OK)
+        FAIL("a step with a stalled CPU side succeeded");
+    else if (strstr(hydra_last_error(), "did not answer") == NULL)
+        FAIL("the stalled step's message does not name the hand-off: %s", hydra_last_error());
+    gpu_hybrid_stall_cpu_side(g, false);
+    CHECK_OK(gpu_forward(g, REF_PROMPT, &next, 1, false, got));
+    if (memcmp(want, got, sizeof(float) * c.r.n_vocab) != 0)
+        FAIL("after the CPU side answered again, the token's logits differ from a session that never stalled");
+    gpu_session_free(g);
+    free(want);
+    free(got);
+    close_case(&c);
+}
+
 static void decode_counters(test_ctx *t_, double fraction, uint64_t admit, gpu_stats *st, gpu_hybrid_counters *hc)
 {
     hy_case c;

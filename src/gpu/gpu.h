@@ -85,6 +85,10 @@ typedef struct gpu_options {
      * creation (docs/HYBRID.md "Prefill"). */
     int stream_min_tokens;
     bool handoff_flags;              /* CPU side: a spinning thread on mapped flags, not graph host nodes */
+    /* With handoff_flags: how long the GPU waits for the CPU side's reply
+     * to a layer before the step fails (ns).  0: hy_handoff_bound_ns's
+     * bound (2 s on a device with a kernel watchdog, else 30 s). */
+    uint64_t handoff_bound_ns;
     /* The initial slab, when not NULL: each MoE layer's slot count and the
      * experts in its slots, from a split state built by hybrid_setup (the
      * session's pin file ranking, vram_budget placement or fraction);
@@ -162,6 +166,11 @@ void gpu_hybrid_counters_reset(gpu_session *g);
  * rings), for hydra_session_hybrid_stats and --stats; NULL when the
  * session is not hybrid. */
 const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g);
+/* Fault injection, for tests: while stalled, the flag hand-off's CPU side
+ * answers no request, as a starved or stuck one would, so a step fails at
+ * handoff_bound_ns; unstalled, it answers the last request and the next
+ * step runs.  No effect on a session without the flag hand-off. */
+void gpu_hybrid_stall_cpu_side(gpu_session *g, bool stall);
 
 /* Profile (o->profile): milliseconds per op class summed over the steps
  * since the last reset, as "name ms" lines into buf. */

@@ -217,7 +217,7 @@ hydra_status gpu_hybrid_create(gpu_session *g)
     g->hy = hy;
     hy->w = w;
     hy->o = g->o;
-    hy->handoff_ns = hy_handoff_bound_ns();
+    hy->handoff_ns = g->o.handoff_bound_ns > 0 ? g->o.handoff_bound_ns : hy_handoff_bound_ns();
     hy->n_layer = (int)w->hp.n_layer;
     hy->n_expert = (int)w->hp.n_expert;
     hy->n_used = (int)w->hp.n_expert_used;

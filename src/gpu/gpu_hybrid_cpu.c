@@ -51,7 +51,7 @@ static void *spinner_main(void *arg)
     uint32_t seen = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
     while (!atomic_load(&hy->stop)) {
         const uint32_t req = __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE);
-        if (req != seen) {
+        if (req != seen && !atomic_load_explicit(&hy->stalled, memory_order_relaxed)) {
             seen = req;
             const int32_t l = __atomic_load_n(hy->h.layer, __ATOMIC_ACQUIRE);
             if (l >= 0 && l < hy->n_layer)
@@ -64,6 +64,12 @@ static void *spinner_main(void *arg)
         }
     }
     return NULL;
+}
+
+void gpu_hybrid_stall_cpu_side(gpu_session *g, bool stall)
+{
+    if (g->hy != NULL)
+        atomic_store(&g->hy->stalled, stall);
 }
 
 hydra_status hy_start_spinner(gpu_hybrid *hy)

@@ -175,6 +175,7 @@ struct gpu_hybrid {
     pthread_t spinner;       /* flag hand-off: the CPU side */
     bool spinner_started;
     _Atomic bool stop, active;
+    _Atomic bool stalled;    /* gpu_hybrid_stall_cpu_side */
 
     int64_t step_tok;
     bool step_split;         /* this step ran the split (host nodes, stamps) */

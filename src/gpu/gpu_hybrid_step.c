@@ -5,6 +5,8 @@
  */
 #include "gpu_hybrid_internal.h"
 
+#include <unistd.h>
+
 /* The flag hand-off's bound on the current device: a reply later than
  * this fails the step instead of hanging it.  A CPU pass takes well under
  * a millisecond, but it reads the missed experts from the mapped file, so
@@ -94,9 +96,31 @@ static void check_stage_gen(gpu_hybrid *hy)
     }
 }
 
+/* After a step whose hand-off timed out (gpu_hybrid_end_step), the CPU
+ * side may still be in that step's pass, writing the partial sums and
+ * reading the rows that this step's split would hand it: the step waits
+ * until the last request is answered, then clears the failure, which the
+ * wait kernel sets and nothing else resets (else one late reply would fail
+ * every later step of the session). */
+static hydra_status recover_handoff(gpu_hybrid *hy)
+{
+    if (*(volatile int32_t *)hy->h.err == 0)
+        return HYDRA_OK;
+    const uint64_t t0 = now_ns();
+    while (__atomic_load_n(hy->h.done, __ATOMIC_ACQUIRE) != __atomic_load_n(hy->h.req, __ATOMIC_ACQUIRE)) {
+        if (now_ns() - t0 > hy->handoff_ns)
+            return hydra_fail(HYDRA_ERR_IO, "hybrid: the CPU side has still not answered the failed step's last "
+                              "hand-off after %.1f s more", hy->handoff_ns / 1e9);
+        usleep(100);
+    }
+    *(volatile int32_t *)hy->h.err = 0;
+    return HYDRA_OK;
+}
+
 hydra_status gpu_hybrid_begin_step(gpu_session *g, int64_t n)
 {
     gpu_hybrid *hy = g->hy;
+    TRY_ST(recover_handoff(hy));
     hy->step_tok = n;
     hy->step_split = !streams(hy, (int)n);
     atomic_store(&hy->active, true);

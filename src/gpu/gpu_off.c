@@ -145,6 +145,12 @@ const struct hybrid_state *gpu_hybrid_split_state(const gpu_session *g)
     return NULL;
 }
 
+void gpu_hybrid_stall_cpu_side(gpu_session *g, bool stall)
+{
+    (void)g;
+    (void)stall;
+}
+
 void gpu_profile_describe(const gpu_session *g, char *buf, size_t cap)
 {
     (void)g;
