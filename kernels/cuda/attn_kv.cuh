@@ -72,18 +72,9 @@ static inline __device__ float kv_as_cached(float x, bool f16)
  * lane. */
 static inline __device__ float2 kv_softmax_partial(float *p, int len)
 {
-    const int lane = threadIdx.x % GPU_WARP;
-    float mx = -INFINITY;
-    for (int j = lane; j < len; j += GPU_WARP)
-        mx = fmaxf(mx, p[j]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int j = lane; j < len; j += GPU_WARP) {
-        const float e = expf(p[j] - mx);
-        p[j] = e;
-        sum += e;
-    }
-    return make_float2(mx, warp_sum(sum));
+    float sum;
+    const float mx = warp_exp_shifted(p, p, len, &sum);
+    return make_float2(mx, sum);
 }
 
 #endif

@@ -25,6 +25,30 @@ static inline __device__ float warp_max(float v)
     return v;
 }
 
+/* The exponential half of a softmax by one warp: out[i] = e^(x[i] - max)
+ * for i < n (in place when out is x), their sum added up in Acc (double
+ * where the sum must not depend on float rounding, float for attention's
+ * partials) and reduced over the warp; returns the max, both on every lane. */
+template <typename Acc>
+static inline __device__ float warp_exp_shifted(const float *x, float *out, int n, Acc *sum)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    float mx = -INFINITY;
+    for (int i = lane; i < n; i += GPU_WARP)
+        mx = fmaxf(mx, x[i]);
+    mx = warp_max(mx);
+    Acc s = 0;
+    for (int i = lane; i < n; i += GPU_WARP) {
+        const float e = expf(x[i] - mx);
+        out[i] = e;
+        s += e;
+    }
+    for (int m = GPU_WARP / 2; m > 0; m /= 2)
+        s += gpu_shfl_xor(s, m);
+    *sum = s;
+    return mx;
+}
+
 /* Programmatic dependent launch (Hopper and later): a kernel may be
  * scheduled while the one before it in the stream is still finishing;
  * its first statement waits, with gpu_pdl_wait(), until that kernel has

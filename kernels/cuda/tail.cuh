@@ -72,20 +72,10 @@ static inline __device__ best warp_best(best x)
  * top-k and router.cu's selection. */
 static inline __device__ void warp_softmax(const float *l, float *probs, int n)
 {
-    const int lane = threadIdx.x % GPU_WARP;
-    float mx = -INFINITY;
-    for (int e = lane; e < n; e += GPU_WARP)
-        mx = fmaxf(mx, l[e]);
-    mx = warp_max(mx);
-    double sum = 0.0;
-    for (int e = lane; e < n; e += GPU_WARP) {
-        probs[e] = expf(l[e] - mx);
-        sum += probs[e];
-    }
-    for (int m = GPU_WARP / 2; m > 0; m /= 2)
-        sum += gpu_shfl_xor(sum, m);
+    double sum;
+    warp_exp_shifted(l, probs, n, &sum);
     const float inv = (float)(1.0 / sum);
-    for (int e = lane; e < n; e += GPU_WARP)
+    for (int e = threadIdx.x % GPU_WARP; e < n; e += GPU_WARP)
         probs[e] *= inv;
 }
 
