@@ -78,6 +78,32 @@ static inline __device__ void gpu_pdl_trigger(void)
 #endif
 }
 
+/* The warp asks L2 for every 128-byte line of [p, p + bytes), lane l for
+ * lines l, l + 32, ... of the run.  prefetch.global.L2 is a hint: it holds
+ * no register, returns nothing and cannot change a value that a load reads
+ * (L2 is where every SM's global accesses meet), so it may stand before
+ * gpu_pdl_wait() where the address is known there: a kernel's static
+ * weights, or a matrix picked by data that is final before the launch
+ * starts.  The dependent launch's blocks, scheduled at the previous
+ * launch's gpu_pdl_trigger(), then have their DRAM latency overlap that
+ * launch's tail.  It paid only where that tail is long: the Q/K/V launch
+ * after the combine's norm, tg128 +0.5% on the H200; before the wait in
+ * the experts' down launch (-2.6%) and in the attention output + router
+ * launch (-1.7%) it cost more than it saved (docs/PERFORMANCE.md, "CUDA
+ * decode, session 12: weights in L2 before the PDL wait"). */
+static inline __device__ void warp_prefetch_l2(const void *p, size_t bytes)
+{
+#if defined(HYDRA_HIP)
+    (void)p, (void)bytes;
+#else
+    enum { LINE = 128 };
+    const uintptr_t end = (uintptr_t)p + bytes;
+    for (uintptr_t line = ((uintptr_t)p & ~(uintptr_t)(LINE - 1)) + (uintptr_t)LINE * (threadIdx.x % GPU_WARP);
+         line < end; line += (uintptr_t)LINE * GPU_WARP)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#endif
+}
+
 /* Whether device 0 runs programmatic dependent launches (compute
  * capability 9.0 or later); asked once. */
 static inline bool gpu_pdl_supported(void)

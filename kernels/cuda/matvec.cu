@@ -256,10 +256,31 @@ template <int T, bool GLU, int NT> static __device__ __forceinline__ void mv_row
     mv_store<NT>(out, p, r, acc, acc2, GLU);
 }
 
+/* Before gpu_pdl_wait(), a dense launch's warp asks L2 for its row (and
+ * the up row with GLU): a dense launch's matrices are the model's weights,
+ * whose addresses are the launch's parameters, and a prefetch changes no
+ * value in any case (common.cuh's warp_prefetch_l2).  The decode's Q/K/V
+ * launch then has its rows' DRAM latency overlap the combine's tail (its
+ * norm, after its trigger): tg128 503.4 -> 505.8 t/s on the H200.
+ * Routed launches do not: the routes may come from the launch just before
+ * (the experts' gate/up follows the router), unknown until the wait. */
+template <bool GLU> static __device__ __forceinline__ void mv_prefetch_dense(const mv_job &job, int mat, int blk)
+{
+    const gk_mat &w = job.w[mat];
+    const int64_t r = (int64_t)(blk - job.blk0[mat]) * MV_WARPS + threadIdx.x / GPU_WARP;
+    if (r >= w.n_rows)
+        return;
+    warp_prefetch_l2(w.data + r * w.row_bytes, w.row_bytes);
+    if (GLU)
+        warp_prefetch_l2(job.up.data + r * job.up.row_bytes, job.up.row_bytes);
+}
+
 template <int T, bool GLU, int NT>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, T == GQ_Q6_K && !GLU && NT == 1 ? MV_Q6K_BLOCKS : 0)
     k_matvec_q(const mv_job job)
 {
+    if (job.rows.routes == NULL)
+        mv_prefetch_dense<GLU>(job, mv_mat_of(job, (int)blockIdx.x), (int)blockIdx.x);
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;
@@ -279,9 +300,10 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, T == GQ_Q6_K && !GLU && NT
 template <int T, int TL>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_mixed(const mv_job job)
 {
-    gpu_pdl_wait();
     const int last0 = job.blk0[job.n_mats - 1], blk = ((int)blockIdx.x + last0) % job.blk0[job.n_mats];
     const int mat = mv_mat_of(job, blk);
+    mv_prefetch_dense<false>(job, mat, blk);
+    gpu_pdl_wait();
     if (mat == job.n_mats - 1)
         mv_row_q<TL, false, 1>(job, mat, blk);
     else
@@ -297,7 +319,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_
  * 360.78 -> 373.64 t/s against 4 warps on the H200; docs/PERFORMANCE.md,
  * "CUDA decode, session 6: the MoE block").  The same per-chunk terms, in
  * the same order, as k_matvec_q, so the same bits as quantize + matvec. */
-enum { MVS_ROWS = 4, MVS_WARPS = 8, MVS_LINE = 128 };
+enum { MVS_ROWS = 4, MVS_WARPS = 8 };
 
 /* The Q6_K and Q4_K instances are compiled for 4 blocks an SM (64
  * registers, no spills), as the two-byte Q6_K decode and the four-byte
@@ -318,16 +340,8 @@ enum { MVS_MIN_BLOCKS = 4 };
  * blocks per SM.  The decode below is unchanged. */
 static inline __device__ void mvs_prefetch(const uint8_t *w, const gk_mat &wm, int64_t r0)
 {
-#if defined(HYDRA_HIP)
-    (void)w, (void)wm, (void)r0;
-#else
     const int64_t r1 = r0 + MVS_ROWS < wm.n_rows ? r0 + MVS_ROWS : wm.n_rows;
-    const uintptr_t end = (uintptr_t)(w + r1 * wm.row_bytes);
-    const uintptr_t line = ((uintptr_t)(w + r0 * wm.row_bytes) & ~(uintptr_t)(MVS_LINE - 1)) +
-                           (uintptr_t)MVS_LINE * (threadIdx.x % GPU_WARP);
-    if (line < end)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-#endif
+    warp_prefetch_l2(w + r0 * wm.row_bytes, (size_t)(r1 - r0) * wm.row_bytes);
 }
 
 /* Row k of a warp's MVS_ROWS from r0; rows past the end are the last
