@@ -166,10 +166,7 @@ static void decode_q4_0(const void *blk, quant_b32 *u)
     unpack_ints(b->qs, 0, 8, u->q);
 }
 
-void quant_ref_q4_0_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_q4_0), decode_q4_0, dst, n);
-}
+B32_CONVERT_DOT(q4_0, block_q4_0, q8_0)
 
 void quant_ref_q4_0_from_float(const float *src, void *dst, int64_t n)
 {
@@ -179,11 +176,6 @@ void quant_ref_q4_0_from_float(const float *src, void *dst, int64_t n)
         b[i].d = quantise_symmetric(src, 8, q);
         pack_nibbles(q, b[i].qs);
     }
-}
-
-void quant_ref_q4_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_0(w, sizeof(block_q4_0), decode_q4_0, a, n);
 }
 
 /* ---- Q4_1: value = d * q + m -------------------------------------------- */
@@ -196,10 +188,7 @@ static void decode_q4_1(const void *blk, quant_b32 *u)
     unpack_ints(b->qs, 0, 0, u->q);
 }
 
-void quant_ref_q4_1_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_q4_1), decode_q4_1, dst, n);
-}
+B32_CONVERT_DOT(q4_1, block_q4_1, q8_1)
 
 void quant_ref_q4_1_from_float(const float *src, void *dst, int64_t n)
 {
@@ -213,11 +202,6 @@ void quant_ref_q4_1_from_float(const float *src, void *dst, int64_t n)
     }
 }
 
-void quant_ref_q4_1_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_1(w, sizeof(block_q4_1), decode_q4_1, a, n);
-}
-
 /* ---- Q5_0: value = d * (q - 16) ----------------------------------------- */
 
 static void decode_q5_0(const void *blk, quant_b32 *u)
@@ -228,10 +212,7 @@ static void decode_q5_0(const void *blk, quant_b32 *u)
     unpack_ints(b->qs, fifth_bits(b->qh), 16, u->q);
 }
 
-void quant_ref_q5_0_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_q5_0), decode_q5_0, dst, n);
-}
+B32_CONVERT_DOT(q5_0, block_q5_0, q8_0)
 
 void quant_ref_q5_0_from_float(const float *src, void *dst, int64_t n)
 {
@@ -244,11 +225,6 @@ void quant_ref_q5_0_from_float(const float *src, void *dst, int64_t n)
     }
 }
 
-void quant_ref_q5_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_0(w, sizeof(block_q5_0), decode_q5_0, a, n);
-}
-
 /* ---- Q5_1: value = d * q + m -------------------------------------------- */
 
 static void decode_q5_1(const void *blk, quant_b32 *u)
@@ -259,10 +235,7 @@ static void decode_q5_1(const void *blk, quant_b32 *u)
     unpack_ints(b->qs, fifth_bits(b->qh), 0, u->q);
 }
 
-void quant_ref_q5_1_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_q5_1), decode_q5_1, dst, n);
-}
+B32_CONVERT_DOT(q5_1, block_q5_1, q8_1)
 
 void quant_ref_q5_1_from_float(const float *src, void *dst, int64_t n)
 {
@@ -277,11 +250,6 @@ void quant_ref_q5_1_from_float(const float *src, void *dst, int64_t n)
     }
 }
 
-void quant_ref_q5_1_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_1(w, sizeof(block_q5_1), decode_q5_1, a, n);
-}
-
 /* ---- Q8_0 (weights and activations) and Q8_1 (activations) ------------- */
 
 static void decode_q8_0(const void *blk, quant_b32 *u)
@@ -292,10 +260,7 @@ static void decode_q8_0(const void *blk, quant_b32 *u)
     memcpy(u->q, b->qs, QK_LEGACY);
 }
 
-void quant_ref_q8_0_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_q8_0), decode_q8_0, dst, n);
-}
+B32_CONVERT_DOT(q8_0, block_q8_0, q8_0)
 
 /* The activation rule of quant_ref.h; returns d (before f16 rounding). */
 static float quantise_q8(const float *x, int8_t *q)
@@ -314,11 +279,6 @@ void quant_ref_q8_0_from_float(const float *src, void *dst, int64_t n)
     block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / QK_LEGACY; i++, src += QK_LEGACY)
         b[i].d = fp32_to_fp16(quantise_q8(src, b[i].qs));
-}
-
-void quant_ref_q8_0_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_0(w, sizeof(block_q8_0), decode_q8_0, a, n);
 }
 
 static void decode_q8_1(const void *blk, quant_b32 *u)

@@ -111,10 +111,7 @@ static void decode_iq4_nl(const void *blk, quant_b32 *u)
     unpack_levels(b->qs, quant_iq4nl_values, u->q);
 }
 
-void quant_ref_iq4_nl_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_iq4_nl), decode_iq4_nl, dst, n);
-}
+B32_CONVERT_DOT(iq4_nl, block_iq4_nl, q8_0)
 
 void quant_ref_iq4_nl_from_float(const float *src, void *dst, int64_t n)
 {
@@ -125,11 +122,6 @@ void quant_ref_iq4_nl_from_float(const float *src, void *dst, int64_t n)
         choose_levels(src, fp16_to_fp32(b[i].d), quant_iq4nl_values, idx);
         pack_nibbles(idx, b[i].qs);
     }
-}
-
-void quant_ref_iq4_nl_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_0(w, sizeof(block_iq4_nl), decode_iq4_nl, a, n);
 }
 
 /* ---- IQ4_XS (. Q8_K) ------------------------------------------------------ */
@@ -184,10 +176,7 @@ static void decode_mxfp4(const void *blk, quant_b32 *u)
     unpack_levels(b->qs, quant_mxfp4_values, u->q);
 }
 
-void quant_ref_mxfp4_to_float(const void *src, float *dst, int64_t n)
-{
-    quant_b32_to_float(src, sizeof(block_mxfp4), decode_mxfp4, dst, n);
-}
+B32_CONVERT_DOT(mxfp4, block_mxfp4, q8_0)
 
 static double mxfp4_error(const float *x, uint8_t e)
 {
@@ -220,9 +209,4 @@ void quant_ref_mxfp4_from_float(const float *src, void *dst, int64_t n)
         choose_levels(src, e8m0_half((uint8_t)e), quant_mxfp4_values, idx);
         pack_nibbles(idx, b[i].qs);
     }
-}
-
-void quant_ref_mxfp4_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    *out = quant_b32_dot_q8_0(w, sizeof(block_mxfp4), decode_mxfp4, a, n);
 }

@@ -85,6 +85,18 @@ void quant_b32_to_float(const void *src, size_t block_bytes, quant_b32_decode_fn
 float quant_b32_dot_q8_0(const void *w, size_t block_bytes, quant_b32_decode_fn decode, const void *a, int64_t n);
 float quant_b32_dot_q8_1(const void *w, size_t block_bytes, quant_b32_decode_fn decode, const void *a, int64_t n);
 
+/* quant_ref_FN_to_float and quant_ref_FN_vec_dot of a 32-value block type,
+ * through its decoder decode_FN, against the activation act (q8_0 or q8_1). */
+#define B32_CONVERT_DOT(fn, block_t, act)                                              \
+    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)             \
+    {                                                                                  \
+        quant_b32_to_float(src, sizeof(block_t), decode_##fn, dst, n);                 \
+    }                                                                                  \
+    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a) \
+    {                                                                                  \
+        *out = quant_b32_dot_##act(w, sizeof(block_t), decode_##fn, a, n);             \
+    }
+
 /* A 256-value super-block decoded to integers: in sub-block j (sub values
  * each) value i = (d * sc[j]) * q[i] - dmin * m[j]; dmin = 0 and m = 0 for
  * types without mins. */
