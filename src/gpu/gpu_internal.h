@@ -115,6 +115,17 @@ typedef struct step_shape {
     uint64_t generation; /* multi-GPU: the split cache's generation (split.h); 0 alone */
 } step_shape;
 
+/* step_shape.max_kv for a step that needs `need` positions: a power of two
+ * from 256, capped at the context, so that decode captures one graph per
+ * doubling of the context, not per position (single and multi-GPU alike). */
+static inline int64_t gpu_context_bucket(int64_t need, int64_t n_ctx)
+{
+    int64_t b = 256;
+    while (b < need)
+        b *= 2;
+    return b < n_ctx ? b : n_ctx;
+}
+
 typedef struct graph_entry {
     uint64_t key;
     gpuGraphExec_t exec;

@@ -199,21 +199,11 @@ void gpu_multi_free(gpu_session *g)
     free(g);
 }
 
-/* The attention bound of the parts' graphs (gpu_session.c buckets the
- * same way): a power of two from 256, capped at the context. */
-static int64_t kv_bucket(int64_t need, int64_t n_ctx)
-{
-    int64_t b = 256;
-    while (b < need)
-        b *= 2;
-    return b < n_ctx ? b : n_ctx;
-}
-
 hydra_status gpu_multi_forward(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
                                float *logits)
 {
     gpu_multi *m = g->multi;
-    const split_shape shape = {.n_tok = n, .max_kv = kv_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
+    const split_shape shape = {.n_tok = n, .max_kv = gpu_context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows};
     const split_state *ss = split_cache_get(&m->cache, &m->plan, g->w->hp.n_embd, &shape);
     if (m->tensor != NULL) {
         const hydra_status st = gpu_tensor_forward(m->tensor, m->part, ss, pos0, tokens, n, all_rows, logits);

@@ -265,16 +265,6 @@ void gpu_session_free(gpu_session *g)
     free(g);
 }
 
-/* The attention grid's bound: a power of two from 256, so that decode
- * captures one graph per doubling of the context, not per position. */
-static int64_t context_bucket(int64_t need, int64_t n_ctx)
-{
-    int64_t b = 256;
-    while (b < need)
-        b *= 2;
-    return b < n_ctx ? b : n_ctx;
-}
-
 static void profile_collect(gpu_session *g)
 {
     for (int i = 1; i < g->n_ev; i++) {
@@ -295,7 +285,7 @@ hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens
         e = gpuMemcpyAsync(g->d_tokens, g->h_tokens, sizeof(int32_t) * (size_t)n, gpuMemcpyHostToDevice, g->stream);
     if (e != gpuSuccess)
         return gpu_fail(e, "copying the step's tokens");
-    const step_shape sh = {.n_tok = n, .max_kv = context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows,
+    const step_shape sh = {.n_tok = n, .max_kv = gpu_context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows,
                            .generation = generation};
     g->n_ev = 0;
     gpu_prof_mark(g, OP_COUNT);
