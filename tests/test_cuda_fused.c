@@ -146,20 +146,15 @@ TEST(cuda_router_topk_tail_matches_reference)
     free(logits);
 }
 
-/* The 8-bit rule of quantize.cu (as test_cuda_ops.c's): per 32 values d =
- * amax / 127, q = round-half-even(v * 127 / amax). */
+/* Whether q and d are the 8-bit rule's bits for v (gpu_test_q8_block). */
 static bool follows_q8_rule(const float *v, const int8_t *q, const float *d, int n)
 {
     for (int b = 0; b < n / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(v[32 * b + i]));
-        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
-        if (memcmp(&d[b], &(float){amax / 127.0f}, sizeof(float)) != 0)
+        int8_t want_q[32];
+        float want_d;
+        gpu_test_q8_block(v + 32 * b, want_q, &want_d);
+        if (memcmp(&d[b], &want_d, sizeof want_d) != 0 || memcmp(q + 32 * b, want_q, sizeof want_q) != 0)
             return false;
-        for (int i = 0; i < 32; i++)
-            if (q[32 * b + i] != (int8_t)nearbyintf(v[32 * b + i] * iscale))
-                return false;
     }
     return true;
 }

@@ -50,20 +50,6 @@ static bool is_float_type(uint32_t t)
     return t == QT_F32 || t == QT_F16 || t == QT_BF16;
 }
 
-/* The activation rule of the matvec kernels, on the host. */
-static void quantize_rule(const float *x, int n, int8_t *q, float *d)
-{
-    for (int b = 0; b < n / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(x[32 * b + i]));
-        d[b] = amax / 127.0f;
-        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
-        for (int i = 0; i < 32; i++)
-            q[32 * b + i] = (int8_t)nearbyintf(x[32 * b + i] * iscale);
-    }
-}
-
 typedef struct case_data {
     uint32_t type;
     int cols;
@@ -82,7 +68,7 @@ static const char *check_rows(const case_data *c, int n_tok, bool matmul, char *
     const bool q8 = !is_float_type(c->type);
     if (q8)
         for (int t = 0; t < n_tok; t++)
-            quantize_rule(c->x + t * n, n, c->hq + t * n, c->hd + t * (n / 32));
+            gpu_test_q8_rule(c->x + t * n, n, c->hq + t * n, c->hd + t * (n / 32));
     if (q8)
         for (int i = 0; i < n_tok * n; i++)
             if (c->xq[i] != c->hq[i] || c->xd[i / 32] != c->hd[i / 32]) {
@@ -239,7 +225,7 @@ TEST(cuda_op_rmsnorm_8bit_form_follows_the_rule)
     int8_t q[NORM_ROWS * NORM_N], want_q[NORM_ROWS * NORM_N];
     CHECK(x != NULL);
     CHECK_OK(gpu_check_rmsnorm(x, NULL, 1e-5f, NORM_ROWS, NORM_N, true, y, q, d));
-    quantize_rule(y, NORM_ROWS * NORM_N, want_q, want_d);
+    gpu_test_q8_rule(y, NORM_ROWS * NORM_N, want_q, want_d);
     for (int i = 0; i < NORM_ROWS * NORM_N; i++)
         if (q[i] != want_q[i])
             FAIL("value %d: 8-bit %d, rule %d", i, q[i], want_q[i]);

@@ -222,21 +222,6 @@ TEST(cuda_iq_device_dequant_bit_exact)
     free(got);
 }
 
-/* The matvec kernels' activation rule (test_cuda_ops.c states it): per 32
- * values d = amax / 127, q = round-half-even(x / d). */
-static void iq_rule(const float *x, int n, int8_t *q, float *d)
-{
-    for (int b = 0; b < n / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(x[32 * b + i]));
-        d[b] = amax / 127.0f;
-        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
-        for (int i = 0; i < 32; i++)
-            q[32 * b + i] = (int8_t)nearbyintf(x[32 * b + i] * iscale);
-    }
-}
-
 typedef struct iq_case {
     uint32_t type;
     int rows, n, n_tok;
@@ -260,7 +245,7 @@ static const char *iq_check_matvec(const iq_case *c, int t, const float *y, char
     uint8_t *a8k = malloc((size_t)c->n / q8k->block_size * q8k->type_size);
     float *amax256 = calloc((size_t)c->n / 256, sizeof(float));
     const char *bad = NULL;
-    iq_rule(x, c->n, hq, hd);
+    gpu_test_q8_rule(x, c->n, hq, hd);
     q8k->from_float(x, a8k, c->n);
     for (int i = 0; i < c->n; i++)
         amax256[i / 256] = fmaxf(amax256[i / 256], fabsf(x[i]));
