@@ -302,23 +302,11 @@ TEST(synth_vocab_is_consistent_bpe)
 
 /* ------------------------------------------------------------ seeds */
 
-static uint8_t *write_and_read(const synth_params *p, const char *name, size_t *size)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path(name));
-    return synth_write(path, p) == HYDRA_OK ? util_read_file(path, size) : NULL;
-}
-
 TEST(synth_same_seed_gives_identical_bytes)
 {
     synth_params p;
     CHECK_OK(synth_preset("qwen2moe-tiny", &p));
-    size_t na = 0, nb = 0;
-    uint8_t *a = write_and_read(&p, "seed-a.gguf", &na), *b = write_and_read(&p, "seed-b.gguf", &nb);
-    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-    free(a);
-    free(b);
-    CHECK(same);
+    CHECK(util_synth_same_bytes(&p, "seed-a.gguf", &p, "seed-b.gguf"));
 }
 
 TEST(synth_different_seed_gives_different_weights)
@@ -326,9 +314,9 @@ TEST(synth_different_seed_gives_different_weights)
     synth_params p;
     CHECK_OK(synth_preset("qwen2moe-tiny", &p));
     size_t na = 0, nb = 0;
-    uint8_t *a = write_and_read(&p, "seed-c.gguf", &na);
+    uint8_t *a = util_synth_bytes(&p, "seed-c.gguf", &na);
     p.seed += 1;
-    uint8_t *b = write_and_read(&p, "seed-d.gguf", &nb);
+    uint8_t *b = util_synth_bytes(&p, "seed-d.gguf", &nb);
     /* Same layout, so the sizes agree; only the name and the data differ. */
     size_t differing = 0;
     for (size_t i = 0; a && b && na == nb && i < na; i++)
@@ -346,15 +334,10 @@ TEST(synth_thread_count_does_not_change_the_file)
     synth_params p;
     CHECK_OK(synth_preset("qwen3moe-tiny", &p));
     p.n_embd = 256, p.n_ff_exp = 256; /* expert tensors: 2048 rows, 8 chunks of 256 */
+    synth_params three = p;
     p.n_threads = 1;
-    size_t na = 0, nb = 0;
-    uint8_t *a = write_and_read(&p, "threads-1.gguf", &na);
-    p.n_threads = 3;
-    uint8_t *b = write_and_read(&p, "threads-3.gguf", &nb);
-    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-    free(a);
-    free(b);
-    CHECK(same);
+    three.n_threads = 3;
+    CHECK(util_synth_same_bytes(&p, "threads-1.gguf", &three, "threads-3.gguf"));
 }
 
 /* ------------------------------------------------------------ types */

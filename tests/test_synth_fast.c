@@ -14,13 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-static uint8_t *write_and_read(const synth_params *p, const char *name, size_t *size)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s", util_scratch_path(name));
-    return synth_write(path, p) == HYDRA_OK ? util_read_file(path, size) : NULL;
-}
-
 /* Expert tensors of 4096 rows: many more than the pool. */
 static void fast_params(synth_params *p)
 {
@@ -33,15 +26,10 @@ TEST(synth_fast_does_not_depend_on_threads)
 {
     synth_params p;
     fast_params(&p);
+    synth_params three = p;
     p.n_threads = 1;
-    size_t na = 0, nb = 0;
-    uint8_t *a = write_and_read(&p, "fast-1.gguf", &na);
-    p.n_threads = 3;
-    uint8_t *b = write_and_read(&p, "fast-3.gguf", &nb);
-    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-    free(a);
-    free(b);
-    CHECK(same);
+    three.n_threads = 3;
+    CHECK(util_synth_same_bytes(&p, "fast-1.gguf", &three, "fast-3.gguf"));
 }
 
 /* A fast expert tensor holds at most SYNTH_FAST_POOL_ROWS distinct rows,

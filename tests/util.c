@@ -119,6 +119,23 @@ hydra_status util_open_synth(const synth_params *p, const char *name, hydra_mode
     return st != HYDRA_OK ? st : util_open_model(path, m);
 }
 
+uint8_t *util_synth_bytes(const synth_params *p, const char *name, size_t *size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", util_scratch_path(name));
+    return synth_write(path, p) == HYDRA_OK ? util_read_file(path, size) : NULL;
+}
+
+bool util_synth_same_bytes(const synth_params *a, const char *name_a, const synth_params *b, const char *name_b)
+{
+    size_t na = 0, nb = 0;
+    uint8_t *bytes_a = util_synth_bytes(a, name_a, &na), *bytes_b = util_synth_bytes(b, name_b, &nb);
+    bool same = bytes_a && bytes_b && na == nb && memcmp(bytes_a, bytes_b, na) == 0;
+    free(bytes_a);
+    free(bytes_b);
+    return same;
+}
+
 hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite)
 {
     static const int32_t tokens[4] = {1, 100, 200, 300};

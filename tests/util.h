@@ -51,6 +51,15 @@ hydra_status util_open_model(const char *path, hydra_model **m);
 struct synth_params;
 hydra_status util_open_synth(const struct synth_params *p, const char *name, hydra_model **m);
 
+/* Writes the synthetic model p to the scratch file NAME and reads the file
+ * back whole; NULL on failure.  Free with free(). */
+uint8_t *util_synth_bytes(const struct synth_params *p, const char *name, size_t *size);
+
+/* Whether the synthetic models a and b (written to the scratch files
+ * name_a and name_b) are the same bytes: the writer's reproducibility. */
+bool util_synth_same_bytes(const struct synth_params *a, const char *name_a, const struct synth_params *b,
+                           const char *name_b);
+
 /* Evaluates tokens 1, 100, 200 and 300 in s and counts the non-finite
  * logits after them into *nonfinite (untouched when the evaluation fails). */
 hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
