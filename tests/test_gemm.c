@@ -8,6 +8,7 @@
  * and bit pattern a file may hold, with ordinary f16 scales).  Outputs
  * outside the tile stay untouched.
  */
+#include "raw_blocks.h"
 #include "test.h"
 #include "xorshift.h"
 
@@ -18,47 +19,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
-
-/* Offsets of the f16 fields that random bytes must not fill with NaN/inf. */
-static const struct {
-    uint32_t type;
-    size_t at[2];
-    int n;
-} f16_fields[] = {
-    {QT_Q4_K, {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)}, 2},
-    {QT_Q5_K, {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)}, 2},
-    {QT_Q6_K, {offsetof(block_q6_K, d), 0}, 1},
-    {QT_Q8_0, {offsetof(block_q8_0, d), 0}, 1},
-    {QT_IQ4_XS, {offsetof(block_iq4_xs, d), 0}, 1},
-    /* the lattice formats lead with d (iq_blocks.h), except IQ1_M (fill_raw) */
-    {QT_IQ2_XXS, {0, 0}, 1}, {QT_IQ2_XS, {0, 0}, 1}, {QT_IQ2_S, {0, 0}, 1}, {QT_IQ3_XXS, {0, 0}, 1},
-    {QT_IQ3_S, {0, 0}, 1},   {QT_IQ1_S, {0, 0}, 1},
-    /* the ternary formats end with d */
-    {QT_TQ1_0, {offsetof(block_tq1_0, d), 0}, 1}, {QT_TQ2_0, {offsetof(block_tq2_0, d), 0}, 1},
-};
-
-static void fill_raw(uint32_t type, uint8_t *w, int64_t n_blocks, uint64_t *rng)
-{
-    const quant_traits *t = quant_traits_of(type);
-    for (int64_t i = 0; i < n_blocks * (int64_t)t->type_size; i++)
-        w[i] = (uint8_t)rng_next(rng);
-    for (int64_t b = 0; type == QT_IQ1_M && b < n_blocks; b++) {
-        /* d's f16 nibbles top its four scale words (bytes 49, 51, 53, 55) */
-        uint8_t *blk = w + b * t->type_size;
-        uint16_t h = fp32_to_fp16(rng_float(rng) * 0.05f);
-        for (int k = 0; k < 4; k++)
-            blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
-    }
-    for (size_t f = 0; f < sizeof f16_fields / sizeof f16_fields[0]; f++) {
-        if (f16_fields[f].type != type)
-            continue;
-        for (int64_t b = 0; b < n_blocks; b++)
-            for (int k = 0; k < f16_fields[f].n; k++) {
-                uint16_t h = fp32_to_fp16(rng_float(rng) * 0.05f);
-                memcpy(w + b * t->type_size + f16_fields[f].at[k], &h, 2);
-            }
-    }
-}
 
 typedef struct gemm_case {
     int64_t n;
@@ -85,7 +45,7 @@ static bool make_case(gemm_case *c, uint32_t type, int64_t n_blocks, int rows, i
         return false;
     }
     for (int r = 0; r < rows; r++)
-        fill_raw(type, c->w + (size_t)r * c->row_stride, n_blocks, rng);
+        fill_raw_blocks(type, c->w + (size_t)r * c->row_stride, n_blocks, rng);
     for (int t = 0; t < toks; t++) {
         for (int64_t i = 0; i < c->n; i++)
             x[i] = rng_float(rng) * (i % 7 == 0 ? 4.0f : 1.0f);
