@@ -35,6 +35,13 @@ typedef struct server_ctx {
 void api_work_begin(server_ctx *sc);
 void api_work_end(server_ctx *sc);
 
+/* Hands req to a work thread: work runs there, after on the loop (and
+ * must call api_work_end).  data becomes req's handler_data and on_abort
+ * its hook for a client that goes away.  0, or -1 when libuv cannot queue
+ * the work: the hook is unset again and the caller frees data and answers. */
+int api_queue_work(server_ctx *sc, http_request *req, uv_work_t *w, void *data, http_abort_fn on_abort,
+                   uv_work_cb work, uv_after_work_cb after);
+
 /* ------------------------------------------------------------ router.c */
 
 /* The http_handler_fn: routes, checks the API key, answers. */

@@ -333,17 +333,11 @@ static void start(server_ctx *sc, http_request *req, api_kind kind)
     c->sc = sc;
     c->req = req;
     c->kind = kind;
-    c->work.data = c;
-    req->handler_data = c;
-    req->on_abort = on_abort;
-    if (uv_queue_work(sc->loop, &c->work, prepare, prepared) != 0) {
+    if (api_queue_work(sc, req, &c->work, c, on_abort, prepare, prepared) != 0) {
         c->req = NULL;
-        req->on_abort = NULL;
         completion_free(c);
         api_error(req, 503, "cannot queue the request");
-        return;
     }
-    api_work_begin(sc);
 }
 
 void ep_chat_completions(server_ctx *sc, http_request *req)

@@ -152,17 +152,11 @@ static void offload(server_ctx *sc, http_request *req, void (*run)(job *))
     j->sc = sc;
     j->req = req;
     j->run = run;
-    j->work.data = j;
-    req->handler_data = j;
-    req->on_abort = job_abort;
-    if (uv_queue_work(sc->loop, &j->work, job_run, job_done) != 0) {
-        req->on_abort = NULL;
+    if (api_queue_work(sc, req, &j->work, j, job_abort, job_run, job_done) != 0) {
         free(j->body);
         free(j);
         api_error(req, 503, "cannot queue the request");
-        return;
     }
-    api_work_begin(sc);
 }
 
 static int job_fail(job *j, int status, const char *message)

@@ -37,6 +37,20 @@ void api_work_end(server_ctx *sc)
     stop_engine_when_idle(sc);
 }
 
+int api_queue_work(server_ctx *sc, http_request *req, uv_work_t *w, void *data, http_abort_fn on_abort,
+                   uv_work_cb work, uv_after_work_cb after)
+{
+    w->data = data;
+    req->handler_data = data;
+    req->on_abort = on_abort;
+    if (uv_queue_work(sc->loop, w, work, after) != 0) {
+        req->on_abort = NULL;
+        return -1;
+    }
+    api_work_begin(sc);
+    return 0;
+}
+
 static void shut_down(server_ctx *sc)
 {
     if (sc->stopping)
