@@ -85,17 +85,20 @@ void quant_b32_to_float(const void *src, size_t block_bytes, quant_b32_decode_fn
 float quant_b32_dot_q8_0(const void *w, size_t block_bytes, quant_b32_decode_fn decode, const void *a, int64_t n);
 float quant_b32_dot_q8_1(const void *w, size_t block_bytes, quant_b32_decode_fn decode, const void *a, int64_t n);
 
-/* quant_ref_FN_to_float and quant_ref_FN_vec_dot of a 32-value block type,
- * through its decoder decode_FN, against the activation act (q8_0 or q8_1). */
-#define B32_CONVERT_DOT(fn, block_t, act)                                              \
+/* quant_ref_FN_to_float and quant_ref_FN_vec_dot of a type decoded by
+ * decode_FN to the shared form (b32 or bk), against the activation act. */
+#define QUANT_CONVERT_DOT(form, fn, block_t, act)                                      \
     void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)             \
     {                                                                                  \
-        quant_b32_to_float(src, sizeof(block_t), decode_##fn, dst, n);                 \
+        quant_##form##_to_float(src, sizeof(block_t), decode_##fn, dst, n);            \
     }                                                                                  \
     void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a) \
     {                                                                                  \
-        *out = quant_b32_dot_##act(w, sizeof(block_t), decode_##fn, a, n);             \
+        *out = quant_##form##_dot_##act(w, sizeof(block_t), decode_##fn, a, n);        \
     }
+
+/* A 32-value block type against act (q8_0, or q8_1 for types with a min). */
+#define B32_CONVERT_DOT(fn, block_t, act) QUANT_CONVERT_DOT(b32, fn, block_t, act)
 
 /* A 256-value super-block decoded to integers: in sub-block j (sub values
  * each) value i = (d * sc[j]) * q[i] - dmin * m[j]; dmin = 0 and m = 0 for
@@ -112,17 +115,8 @@ typedef void (*quant_bk_decode_fn)(const void *block, quant_bk *out);
 void quant_bk_to_float(const void *src, size_t block_bytes, quant_bk_decode_fn decode, float *dst, int64_t n);
 float quant_bk_dot_q8_k(const void *w, size_t block_bytes, quant_bk_decode_fn decode, const void *a, int64_t n);
 
-/* quant_ref_FN_to_float and quant_ref_FN_vec_dot of a super-block type,
- * through its decoder decode_FN. */
-#define BK_CONVERT_DOT(fn, block_t)                                                    \
-    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)             \
-    {                                                                                  \
-        quant_bk_to_float(src, sizeof(block_t), decode_##fn, dst, n);                  \
-    }                                                                                  \
-    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a) \
-    {                                                                                  \
-        *out = quant_bk_dot_q8_k(w, sizeof(block_t), decode_##fn, a, n);               \
-    }
+/* A super-block type against Q8_K. */
+#define BK_CONVERT_DOT(fn, block_t) QUANT_CONVERT_DOT(bk, fn, block_t, q8_k)
 
 /* Codes signed sub-block scales v[0..n) as d * c, c in -cneg..cneg-1, the
  * largest magnitude taking -cneg; returns d's f16 bits, *scale = its value. */
