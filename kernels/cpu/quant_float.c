@@ -49,42 +49,27 @@ void quant_ref_f32_vec_dot(int64_t n, float *out, const void *w, const void *a)
     *out = (float)sum;
 }
 
-void quant_ref_f16_to_float(const void *src, float *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = fp16_to_fp32(u16_at(src, i));
-}
+/* The 16-bit formats, whose values convert with to_fp32 and from_fp32:
+ * quant_ref_FN_to_float, _from_float and _vec_dot (exact products in double,
+ * as F32's). */
+#define HALF_FORMAT(fn, to_fp32, from_fp32)                                              \
+    void quant_ref_##fn##_to_float(const void *src, float *dst, int64_t n)               \
+    {                                                                                    \
+        for (int64_t i = 0; i < n; i++)                                                  \
+            dst[i] = to_fp32(u16_at(src, i));                                            \
+    }                                                                                    \
+    void quant_ref_##fn##_from_float(const float *src, void *dst, int64_t n)             \
+    {                                                                                    \
+        for (int64_t i = 0; i < n; i++)                                                  \
+            u16_put(dst, i, from_fp32(src[i]));                                          \
+    }                                                                                    \
+    void quant_ref_##fn##_vec_dot(int64_t n, float *out, const void *w, const void *a)   \
+    {                                                                                    \
+        double sum = 0.0;                                                                \
+        for (int64_t i = 0; i < n; i++)                                                  \
+            sum += (double)to_fp32(u16_at(w, i)) * (double)to_fp32(u16_at(a, i));        \
+        *out = (float)sum;                                                               \
+    }
 
-void quant_ref_f16_from_float(const float *src, void *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        u16_put(dst, i, fp32_to_fp16(src[i]));
-}
-
-void quant_ref_f16_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)fp16_to_fp32(u16_at(w, i)) * (double)fp16_to_fp32(u16_at(a, i));
-    *out = (float)sum;
-}
-
-void quant_ref_bf16_to_float(const void *src, float *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = bf16_to_fp32(u16_at(src, i));
-}
-
-void quant_ref_bf16_from_float(const float *src, void *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        u16_put(dst, i, fp32_to_bf16(src[i]));
-}
-
-void quant_ref_bf16_vec_dot(int64_t n, float *out, const void *w, const void *a)
-{
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)bf16_to_fp32(u16_at(w, i)) * (double)bf16_to_fp32(u16_at(a, i));
-    *out = (float)sum;
-}
+HALF_FORMAT(f16, fp16_to_fp32, fp32_to_fp16)
+HALF_FORMAT(bf16, bf16_to_fp32, fp32_to_bf16)
