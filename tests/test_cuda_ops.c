@@ -413,15 +413,18 @@ static const char *attention_case(const gpu_attn_check *c, char *msg, size_t len
     return bad;
 }
 
-#define ATTENTION_CASE(...)                                                                                    \
+/* One case of a check: the check_t from the designated initialisers, run
+ * through run(case, msg, len), which returns NULL or what went wrong. */
+#define GPU_CASE(check_t, run, ...)                                                                            \
     do {                                                                                                       \
         REQUIRE_GPU();                                                                                         \
-        const gpu_attn_check c_ = {__VA_ARGS__};                                                               \
+        const check_t c_ = {__VA_ARGS__};                                                                      \
         char msg_[256];                                                                                        \
-        const char *bad_ = attention_case(&c_, msg_, sizeof msg_);                                             \
+        const char *bad_ = run(&c_, msg_, sizeof msg_);                                                        \
         if (bad_ != NULL)                                                                                      \
             FAIL("%s", bad_);                                                                                  \
     } while (0)
+#define ATTENTION_CASE(...) GPU_CASE(gpu_attn_check, attention_case, __VA_ARGS__)
 
 TEST(cuda_op_attention_gqa_decode_matches_cpu)
 {
@@ -517,15 +520,7 @@ static const char *select_case(const gpu_select_check *c, char *msg, size_t len)
     return bad;
 }
 
-#define SELECT_CASE(...)                                                                                       \
-    do {                                                                                                       \
-        REQUIRE_GPU();                                                                                         \
-        const gpu_select_check c_ = {__VA_ARGS__};                                                             \
-        char msg_[256];                                                                                        \
-        const char *bad_ = select_case(&c_, msg_, sizeof msg_);                                                \
-        if (bad_ != NULL)                                                                                      \
-            FAIL("%s", bad_);                                                                                  \
-    } while (0)
+#define SELECT_CASE(...) GPU_CASE(gpu_select_check, select_case, __VA_ARGS__)
 
 TEST(cuda_op_topk_softmax_renorm_matches_cpu)
 {
