@@ -232,13 +232,17 @@ typedef struct arch_attention {
         ARCH_KEY("expert_feed_forward_length", n_ff_exp, KEY_U32, true)
 
 /* Tensor table rows shared by the descriptors: the model's ends and each
- * layer's attention norm; GQA's four projections; the routed experts. */
+ * layer's attention norm; GQA's four projections; biases on Q, K and V
+ * (qwen2moe, gpt-oss); the routed experts. */
 #define ARCH_USES_ENDS                                                        \
     {W_TOKEN_EMBD, NEED_ALWAYS, NULL}, {W_OUTPUT_NORM, NEED_ALWAYS, NULL},    \
         {W_OUTPUT, NEED_OPTIONAL, NULL}, {W_ATTN_NORM, NEED_ALWAYS, NULL}
 #define ARCH_USES_QKVO                                                        \
     {W_ATTN_Q, NEED_ALWAYS, NULL}, {W_ATTN_K, NEED_ALWAYS, NULL},             \
         {W_ATTN_V, NEED_ALWAYS, NULL}, {W_ATTN_OUT, NEED_ALWAYS, NULL}
+#define ARCH_USES_QKV_BIAS                                                    \
+    {W_ATTN_Q_BIAS, NEED_ALWAYS, NULL}, {W_ATTN_K_BIAS, NEED_ALWAYS, NULL},   \
+        {W_ATTN_V_BIAS, NEED_ALWAYS, NULL}
 #define ARCH_USES_MOE                                                         \
     {W_MOE_ROUTER, NEED_MOE, NULL}, {W_MOE_GATE, NEED_MOE, NULL},             \
         {W_MOE_UP, NEED_MOE, NULL}, {W_MOE_DOWN, NEED_MOE, NULL}

@@ -14,9 +14,7 @@ static const arch_key keys[] = {
 static const arch_use tensors[] = {
     ARCH_USES_ENDS,
     ARCH_USES_QKVO,
-    {W_ATTN_Q_BIAS, NEED_ALWAYS, NULL},
-    {W_ATTN_K_BIAS, NEED_ALWAYS, NULL},
-    {W_ATTN_V_BIAS, NEED_ALWAYS, NULL},
+    ARCH_USES_QKV_BIAS,
     {W_FFN_NORM, NEED_ALWAYS, NULL},
     ARCH_USES_MOE,
     {W_SHEXP_ROUTER, NEED_MOE, NULL},
