@@ -273,6 +273,16 @@ static void skip_space(parser *p)
         p->pos++;
 }
 
+/* Consumes c when it is the next character. */
+static bool accept(parser *p, char c)
+{
+    if (p->pos < p->len && p->text[p->pos] == c) {
+        p->pos++;
+        return true;
+    }
+    return false;
+}
+
 static bool literal(parser *p, const char *word)
 {
     size_t n = strlen(word);
@@ -421,29 +431,21 @@ static hydra_status parse_array(parser *p, jv *out)
     if (list == NULL)
         return parse_nomem(p);
     skip_space(p);
-    if (p->pos < p->len && p->text[p->pos] == ']') {
-        p->pos++;
-        *out = (jv){.kind = JV_LIST, .list = list};
-        return HYDRA_OK;
-    }
-    for (;;) {
-        jv item;
-        if (parse_value(p, &item) != HYDRA_OK)
-            return p->status;
-        if (!jlist_push(p->arena, list, item))
-            return parse_nomem(p);
-        skip_space(p);
-        if (p->pos < p->len && p->text[p->pos] == ',') {
-            p->pos++;
-            continue;
+    if (!accept(p, ']'))
+        for (;;) {
+            jv item;
+            if (parse_value(p, &item) != HYDRA_OK)
+                return p->status;
+            if (!jlist_push(p->arena, list, item))
+                return parse_nomem(p);
+            skip_space(p);
+            if (accept(p, ']'))
+                break;
+            if (!accept(p, ','))
+                return parse_fail(p, "expected ',' or ']'");
         }
-        if (p->pos < p->len && p->text[p->pos] == ']') {
-            p->pos++;
-            *out = (jv){.kind = JV_LIST, .list = list};
-            return HYDRA_OK;
-        }
-        return parse_fail(p, "expected ',' or ']'");
-    }
+    *out = (jv){.kind = JV_LIST, .list = list};
+    return HYDRA_OK;
 }
 
 static hydra_status parse_object(parser *p, jv *out)
@@ -453,38 +455,29 @@ static hydra_status parse_object(parser *p, jv *out)
     if (dict == NULL)
         return parse_nomem(p);
     skip_space(p);
-    if (p->pos < p->len && p->text[p->pos] == '}') {
-        p->pos++;
-        *out = (jv){.kind = JV_DICT, .dict = dict};
-        return HYDRA_OK;
-    }
-    for (;;) {
-        skip_space(p);
-        if (p->pos >= p->len || p->text[p->pos] != '"')
-            return parse_fail(p, "expected a string key");
-        jv key, value;
-        if (parse_string(p, &key) != HYDRA_OK)
-            return p->status;
-        skip_space(p);
-        if (p->pos >= p->len || p->text[p->pos] != ':')
-            return parse_fail(p, "expected ':'");
-        p->pos++;
-        if (parse_value(p, &value) != HYDRA_OK)
-            return p->status;
-        if (!jdict_set(p->arena, dict, key, value))
-            return parse_nomem(p);
-        skip_space(p);
-        if (p->pos < p->len && p->text[p->pos] == ',') {
-            p->pos++;
-            continue;
+    if (!accept(p, '}'))
+        for (;;) {
+            skip_space(p);
+            if (p->pos >= p->len || p->text[p->pos] != '"')
+                return parse_fail(p, "expected a string key");
+            jv key, value;
+            if (parse_string(p, &key) != HYDRA_OK)
+                return p->status;
+            skip_space(p);
+            if (!accept(p, ':'))
+                return parse_fail(p, "expected ':'");
+            if (parse_value(p, &value) != HYDRA_OK)
+                return p->status;
+            if (!jdict_set(p->arena, dict, key, value))
+                return parse_nomem(p);
+            skip_space(p);
+            if (accept(p, '}'))
+                break;
+            if (!accept(p, ','))
+                return parse_fail(p, "expected ',' or '}'");
         }
-        if (p->pos < p->len && p->text[p->pos] == '}') {
-            p->pos++;
-            *out = (jv){.kind = JV_DICT, .dict = dict};
-            return HYDRA_OK;
-        }
-        return parse_fail(p, "expected ',' or '}'");
-    }
+    *out = (jv){.kind = JV_DICT, .dict = dict};
+    return HYDRA_OK;
 }
 
 static hydra_status parse_value(parser *p, jv *out)
