@@ -145,6 +145,18 @@ hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite)
     return st;
 }
 
+hydra_status util_model_nonfinite(const hydra_model *m, size_t *nonfinite)
+{
+    hydra_session_params sp = hydra_session_default_params();
+    sp.n_ctx = 32, sp.n_threads = 2;
+    hydra_session *s = NULL;
+    hydra_status st = hydra_session_create(&s, m, &sp);
+    if (st == HYDRA_OK)
+        st = util_eval_nonfinite(s, nonfinite);
+    hydra_session_free(s);
+    return st;
+}
+
 hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s)
 {
     hydra_session_params p = hydra_session_default_params();

@@ -64,6 +64,11 @@ bool util_synth_same_bytes(const struct synth_params *a, const char *name_a, con
  * logits after them into *nonfinite (untouched when the evaluation fails). */
 hydra_status util_eval_nonfinite(hydra_session *s, size_t *nonfinite);
 
+/* util_eval_nonfinite in a new CPU session over m (32 positions, 2
+ * threads; freed after): the session's creation status, else the
+ * evaluation's. */
+hydra_status util_model_nonfinite(const hydra_model *m, size_t *nonfinite);
+
 /* A session over m with the default parameters but n_ctx, n_batch and
  * n_threads. */
 hydra_status util_new_session(const hydra_model *m, uint32_t n_ctx, uint32_t n_batch, int n_threads, hydra_session **s);
