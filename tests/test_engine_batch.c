@@ -36,12 +36,7 @@ static void fixture_free(fixture *fx)
 static hydra_status fixture_open(fixture *fx, const char *preset)
 {
     memset(fx, 0, sizeof *fx);
-    char name[128];
-    snprintf(name, sizeof name, "batch-%s.gguf", preset);
-    synth_params sp;
-    hydra_status st = synth_preset(preset, &sp);
-    if (st == HYDRA_OK)
-        st = util_open_synth(&sp, name, &fx->model);
+    hydra_status st = util_open_synth_preset(preset, "batch", &fx->model);
     hydra_session_params p = hydra_session_default_params();
     p.n_ctx = N_CTX;
     p.n_batch = N_BATCH;

@@ -79,12 +79,7 @@ static int32_t token_of(const fixture *fx, int k)
 static hydra_status fixture_open(fixture *fx, const char *preset, uint32_t restored_ctx, uint32_t restored_batch)
 {
     memset(fx, 0, sizeof *fx);
-    char name[128];
-    snprintf(name, sizeof name, "state-%s.gguf", preset);
-    synth_params sp;
-    hydra_status st = synth_preset(preset, &sp);
-    if (st == HYDRA_OK)
-        st = util_open_synth(&sp, name, &fx->model);
+    hydra_status st = util_open_synth_preset(preset, "state", &fx->model);
     if (st == HYDRA_OK)
         st = session_of(fx, N_CTX, N_BATCH, &fx->saved);
     if (st == HYDRA_OK)

@@ -119,6 +119,15 @@ hydra_status util_open_synth(const synth_params *p, const char *name, hydra_mode
     return st != HYDRA_OK ? st : util_open_model(path, m);
 }
 
+hydra_status util_open_synth_preset(const char *preset, const char *prefix, hydra_model **m)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s-%s.gguf", prefix, preset);
+    synth_params p;
+    hydra_status st = synth_preset(preset, &p);
+    return st != HYDRA_OK ? st : util_open_synth(&p, name, m);
+}
+
 uint8_t *util_synth_bytes(const synth_params *p, const char *name, size_t *size)
 {
     char path[4096];

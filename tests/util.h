@@ -51,6 +51,10 @@ hydra_status util_open_model(const char *path, hydra_model **m);
 struct synth_params;
 hydra_status util_open_synth(const struct synth_params *p, const char *name, hydra_model **m);
 
+/* The model of a synth preset, written to the scratch file
+ * "PREFIX-PRESET.gguf" and opened. */
+hydra_status util_open_synth_preset(const char *preset, const char *prefix, hydra_model **m);
+
 /* Writes the synthetic model p to the scratch file NAME and reads the file
  * back whole; NULL on failure.  Free with free(). */
 uint8_t *util_synth_bytes(const struct synth_params *p, const char *name, size_t *size);
