@@ -424,59 +424,45 @@ static hydra_status parse_number(parser *p, jv *out)
 
 static hydra_status parse_value(parser *p, jv *out);
 
-static hydra_status parse_array(parser *p, jv *out)
+/* An object member's "key" and ':', before its value. */
+static hydra_status parse_key(parser *p, jv *key)
 {
-    p->pos++;
-    jlist *list = jlist_new(p->arena, 0);
-    if (list == NULL)
-        return parse_nomem(p);
     skip_space(p);
-    if (!accept(p, ']'))
-        for (;;) {
-            jv item;
-            if (parse_value(p, &item) != HYDRA_OK)
-                return p->status;
-            if (!jlist_push(p->arena, list, item))
-                return parse_nomem(p);
-            skip_space(p);
-            if (accept(p, ']'))
-                break;
-            if (!accept(p, ','))
-                return parse_fail(p, "expected ',' or ']'");
-        }
-    *out = (jv){.kind = JV_LIST, .list = list};
-    return HYDRA_OK;
+    if (p->pos >= p->len || p->text[p->pos] != '"')
+        return parse_fail(p, "expected a string key");
+    if (parse_string(p, key) != HYDRA_OK)
+        return p->status;
+    skip_space(p);
+    return accept(p, ':') ? HYDRA_OK : parse_fail(p, "expected ':'");
 }
 
-static hydra_status parse_object(parser *p, jv *out)
+/* An array (at '[') or an object (at '{'): the same comma-separated list,
+ * an object's items each preceded by its key. */
+static hydra_status parse_container(parser *p, jv *out)
 {
-    p->pos++;
-    jdict *dict = jdict_new(p->arena);
-    if (dict == NULL)
+    const bool object = p->text[p->pos++] == '{';
+    const char close = object ? '}' : ']';
+    jlist *list = object ? NULL : jlist_new(p->arena, 0);
+    jdict *dict = object ? jdict_new(p->arena) : NULL;
+    if (list == NULL && dict == NULL)
         return parse_nomem(p);
     skip_space(p);
-    if (!accept(p, '}'))
+    if (!accept(p, close))
         for (;;) {
-            skip_space(p);
-            if (p->pos >= p->len || p->text[p->pos] != '"')
-                return parse_fail(p, "expected a string key");
             jv key, value;
-            if (parse_string(p, &key) != HYDRA_OK)
+            if (object && parse_key(p, &key) != HYDRA_OK)
                 return p->status;
-            skip_space(p);
-            if (!accept(p, ':'))
-                return parse_fail(p, "expected ':'");
             if (parse_value(p, &value) != HYDRA_OK)
                 return p->status;
-            if (!jdict_set(p->arena, dict, key, value))
+            if (object ? !jdict_set(p->arena, dict, key, value) : !jlist_push(p->arena, list, value))
                 return parse_nomem(p);
             skip_space(p);
-            if (accept(p, '}'))
+            if (accept(p, close))
                 break;
             if (!accept(p, ','))
-                return parse_fail(p, "expected ',' or '}'");
+                return parse_fail(p, object ? "expected ',' or '}'" : "expected ',' or ']'");
         }
-    *out = (jv){.kind = JV_DICT, .dict = dict};
+    *out = object ? (jv){.kind = JV_DICT, .dict = dict} : (jv){.kind = JV_LIST, .list = list};
     return HYDRA_OK;
 }
 
@@ -489,10 +475,8 @@ static hydra_status parse_value(parser *p, jv *out)
         return parse_fail(p, "nested too deeply");
     hydra_status st;
     char c = p->text[p->pos];
-    if (c == '{')
-        st = parse_object(p, out);
-    else if (c == '[')
-        st = parse_array(p, out);
+    if (c == '{' || c == '[')
+        st = parse_container(p, out);
     else if (c == '"')
         st = parse_string(p, out);
     else if (c == '-' || (c >= '0' && c <= '9'))
