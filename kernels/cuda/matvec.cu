@@ -410,13 +410,19 @@ static __device__ __forceinline__ void mvs_dots_spread(const uint8_t *w, const g
 }
 
 /* A lane's part of its warp's MVS_ROWS row dots: chunk c of every row in
- * lane c % 32, decoded for all rows before their dots. */
+ * lane c % 32, decoded for all rows before their dots.  The spread above
+ * is for the types whose chunk takes many loads (Q6_K's 18 words); a Q4_K
+ * chunk is two 16-byte loads and a few bytes, and its down launch was
+ * faster in the chunk loop below: tg128 506.8 against 505.4 t/s, three
+ * interleaved rounds in one call on the H200, although the bound of 4
+ * blocks an SM then spills 4 bytes (docs/PERFORMANCE.md, "CUDA decode,
+ * session 12: two one-line variants"). */
 template <int T, bool V16>
 static __device__ __forceinline__ void mvs_dots(const uint8_t *w, const gk_mat &wm, int64_t r0, const int8_t *xq,
                                                 const int4 *xm, float *acc)
 {
     const int lane = threadIdx.x % GPU_WARP, n_chunks = (int)(wm.n_cols / 32);
-    if (n_chunks > 0 && MVS_ROWS * n_chunks <= MVS_SPREAD * GPU_WARP) {
+    if (T != GQ_Q4_K && n_chunks > 0 && MVS_ROWS * n_chunks <= MVS_SPREAD * GPU_WARP) {
         mvs_dots_spread<T, V16>(w, wm, r0, n_chunks, xq, xm, acc);
         return;
     }
