@@ -136,8 +136,10 @@ TEST(iq_grid_tables_hold_their_levels_and_sign_parity)
         CHECK(bytes_in(iq2s_grid[p], 8, iq2, 3));
     for (int p = 0; p < 2048; p++) {
         CHECK(bytes_in(iq1s_grid[p], 8, iq1, 3));
-        for (int j = 0; j < 8; j++) /* the x86 IQ1_S kernel's unsigned copy */
+        for (int j = 0; j < 8; j++) { /* the x86 IQ1_S kernels' unsigned copies */
             CHECK_EQ_INT((int8_t)(iq1s_grid_p1[p] >> (8 * j)), (int8_t)(iq1s_grid[p] >> (8 * j)) + 1);
+            CHECK_EQ_INT((int)(iq1s_grid_p1_nib[p] >> (4 * j) & 0xF), (int8_t)(iq1s_grid[p] >> (8 * j)) + 1);
+        }
     }
     for (int k = 0; k < 128; k++) {
         CHECK_EQ_INT(iq_ksigns[k] & 127, k);

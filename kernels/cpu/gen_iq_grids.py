@@ -414,6 +414,7 @@ HEADER = """/*
  *                                       keeps the count of negatives even)
  *   iq_ksigns_pm1                       the same as 8 int8 factors +1 / -1
  *   iq1s_grid_p1 (CPU only)             iq1s_grid plus 1: 8 bytes in {0, 1, 2}
+ *   iq1s_grid_p1_nib (CPU only)         the same, coordinate j in nibble j
  *
  * Each includer gets its own copy, qualified by IQ_GRID_TABLE (default
  * "static const"; CUDA code defines it as "static const __device__" before
@@ -436,6 +437,12 @@ def grid_plus_one(words):
     return [sum(((w >> (8 * j) & 0xFF) + 1 & 0xFF) << (8 * j) for j in range(8)) for w in words]
 
 
+def nibbles(words):
+    """8-byte points with coordinates 0..15 as 32-bit words, coordinate j in
+    bits 4j..4j + 3."""
+    return [sum((w >> (8 * j) & 0xF) << (4 * j) for j in range(8)) for w in words]
+
+
 # The x86 IQ1_S kernel multiplies these unsigned bytes with the signed
 # activations directly (vpmaddubsw) and takes the "+ 1" back with the
 # activations' block sums; the CUDA code does not use it, so it stays out of
@@ -443,6 +450,13 @@ def grid_plus_one(words):
 IQ1S_P1_NOTE = """/* iq1s_grid + 1 per coordinate: an unsigned operand for the CPU's IQ1_S
  * kernel (it takes the + 1 back with the activations' block sums). */
 #if !defined(__CUDACC__)
+"""
+
+
+# The AVX-512 VBMI kernel gathers 16 of these dwords at once (one aligned
+# element each) where 8 qwords of iq1s_grid_p1 took one gather.
+IQ1S_NIB_NOTE = """/* iq1s_grid_p1 in 4 bytes a point, coordinate j in nibble j: half the
+ * gathers of the 8-byte points for the AVX-512 VBMI IQ1_S kernel. */
 """
 
 
@@ -464,7 +478,9 @@ def generate():
     pm1 = [sum((0xFF if s >> j & 1 else 0x01) << (8 * j) for j in range(8)) for s in signs]
     parts.append(table("uint8_t", "iq_ksigns", signs, 2, 16))
     parts.append(table("uint64_t", "iq_ksigns_pm1", pm1, 16, 4))
-    parts.append(IQ1S_P1_NOTE + table("uint64_t", "iq1s_grid_p1", grid_plus_one(iq1s_words), 16, 4) + "\n#endif")
+    p1 = grid_plus_one(iq1s_words)
+    parts.append(IQ1S_P1_NOTE + table("uint64_t", "iq1s_grid_p1", p1, 16, 4) + "\n\n" + IQ1S_NIB_NOTE
+                 + table("uint32_t", "iq1s_grid_p1_nib", nibbles(p1), 8, 8) + "\n#endif")
     return HEADER % digest.hexdigest() + "\n" + "\n\n".join(parts) + "\n\n#endif\n"
 
 

@@ -67,14 +67,20 @@ static const struct iq1_controls {
     /* vpmultishiftqb: a lane's byte 0 its qs byte, byte 1 the qh bits 3k..
      * of its index k = lane % 4 (3 bits kept), bytes 2, 3 from the zero words */
     _Alignas(64) uint8_t index_bits[64];
-    /* words 2s, 2s + 1 <- qh of sub-block s */
-    _Alignas(64) uint16_t qh_pairs[32];
+    /* word 8q + i (128-bit lane q) <- qh of sub-block q (i < 4) or 4 + q
+     * (i >= 4): the sub-blocks of vpackssdw's words of the two halves' dots */
+    _Alignas(64) uint16_t lsign_words[32];
+    /* the block sums 2s, 2s + 1 of sub-block s at words 8q, 8q + 1 (s = q)
+     * and 8q + 4, 8q + 5 (s = 4 + q); the other words zeroed by the mask */
+    _Alignas(64) uint16_t bsum_words[32];
     /* by qh >> 12 = l | delta bit << 3: the block-sum factor (delta - 8) (2l + 1),
-     * delta = -1 where the bit is set, and the grid factor 8 (2l + 1) */
-    _Alignas(32) int16_t bsum_factor[16];
-    _Alignas(32) int16_t grid_factor[16];
-    /* vpackssdw of chunks 2q, 2q + 1, word w: the grid factor's word (2 sb) of its sub-block */
-    _Alignas(64) uint16_t pack_scale[2][32];
+     * delta = -1 where the bit is set, and the grid factor 8 (2l + 1);
+     * words 16..31 unused (vpermw of 32 words) */
+    _Alignas(64) int16_t bsum_factor[32];
+    _Alignas(64) int16_t grid_factor[32];
+    /* vpermt2b of a half's 128 activations: byte k <- byte 2k / 2k + 1 */
+    _Alignas(64) uint8_t even_bytes[64];
+    _Alignas(64) uint8_t odd_bytes[64];
 } iq1_ctl = {
 #define IQ1_Q(h, m) IQ1_QS_WORD + 8 * (h) + (m), IQ1_QH_WORD + 4 * (h) + (m) / 2, 0, 0
 #define IQ1_H(h) IQ1_Q(h, 0), IQ1_Q(h, 1), IQ1_Q(h, 2), IQ1_Q(h, 3), IQ1_Q(h, 4), IQ1_Q(h, 5), IQ1_Q(h, 6), IQ1_Q(h, 7)
@@ -85,16 +91,29 @@ static const struct iq1_controls {
 #define IQ1_B(k) 0, 16 + 3 * (k), 32, 32, 8, 19 + 3 * (k), 32, 32
     .index_bits = {IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2), IQ1_B(0), IQ1_B(2)},
 #undef IQ1_B
-#define IQ1_P(s) IQ1_QH_WORD + (s), IQ1_QH_WORD + (s)
-    .qh_pairs = {IQ1_P(0), IQ1_P(1), IQ1_P(2), IQ1_P(3), IQ1_P(4), IQ1_P(5), IQ1_P(6), IQ1_P(7)},
-#undef IQ1_P
+#define IQ1_S(q) IQ1_QH_WORD + (q), IQ1_QH_WORD + (q), IQ1_QH_WORD + (q), IQ1_QH_WORD + (q), \
+                 IQ1_QH_WORD + 4 + (q), IQ1_QH_WORD + 4 + (q), IQ1_QH_WORD + 4 + (q), IQ1_QH_WORD + 4 + (q)
+    .lsign_words = {IQ1_S(0), IQ1_S(1), IQ1_S(2), IQ1_S(3)},
+#undef IQ1_S
+#define IQ1_S(q) 2 * (q), 2 * (q) + 1, 0, 0, 8 + 2 * (q), 9 + 2 * (q), 0, 0
+    .bsum_words = {IQ1_S(0), IQ1_S(1), IQ1_S(2), IQ1_S(3)},
+#undef IQ1_S
     .bsum_factor = {-7, -21, -35, -49, -63, -77, -91, -105, -9, -27, -45, -63, -81, -99, -117, -135},
     .grid_factor = {8, 24, 40, 56, 72, 88, 104, 120, 8, 24, 40, 56, 72, 88, 104, 120},
-    /* word w: lane w / 8, from chunk 2q (w % 8 < 4, sub-block 4q + lane / 2) or 2q + 1 (4q + 2 + lane / 2) */
-#define IQ1_L(s) 2 * (s), 2 * (s), 2 * (s), 2 * (s), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2), 2 * ((s) + 2)
-    .pack_scale = {{IQ1_L(0), IQ1_L(0), IQ1_L(1), IQ1_L(1)}, {IQ1_L(4), IQ1_L(4), IQ1_L(5), IQ1_L(5)}},
-#undef IQ1_L
+#define IQ1_E(k, o) 2 * (k) + (o), 2 * (k) + 2 + (o), 2 * (k) + 4 + (o), 2 * (k) + 6 + (o), \
+                    2 * (k) + 8 + (o), 2 * (k) + 10 + (o), 2 * (k) + 12 + (o), 2 * (k) + 14 + (o)
+    .even_bytes = {IQ1_E(0, 0), IQ1_E(8, 0), IQ1_E(16, 0), IQ1_E(24, 0), IQ1_E(32, 0), IQ1_E(40, 0), IQ1_E(48, 0), IQ1_E(56, 0)},
+    .odd_bytes = {IQ1_E(0, 1), IQ1_E(8, 1), IQ1_E(16, 1), IQ1_E(24, 1), IQ1_E(32, 1), IQ1_E(40, 1), IQ1_E(48, 1), IQ1_E(56, 1)},
+#undef IQ1_E
 };
+
+/* One super-block's activations as the rows read them (made once for all
+ * rows of a call): half h's even and odd bytes (values 128h + 2k and
+ * 128h + 2k + 1 in byte k), and the block sums in the words of lsign_words'
+ * layout (bsum_words). */
+typedef struct {
+    __m512i even[2], odd[2], bsums;
+} iq1_act;
 
 /* Half h's 16 grid indices (dword lane l: entry 16h + l). */
 IQ1_INLINE __m512i iq1_indices(__m512i words, int h)
@@ -104,42 +123,42 @@ IQ1_INLINE __m512i iq1_indices(__m512i words, int h)
                             _mm512_set1_epi32(0x7FF));
 }
 
-/* Grid points g + 1 of 8 indices: 64 bytes.  A gather merges into its
- * destination, so the destination is an input; with a full mask GCC takes
- * any register for it, one that the previous super-block's lookups wrote,
- * which chains every super-block's gathers to the one before.  A fresh zero
- * and the full mask, both hidden from the compiler here, make it zero the
- * destination each time. */
-IQ1_INLINE __m512i iq1_gather(__m256i idx)
+/* Grid points g + 1 of 16 indices as nibbles: 64 bytes.  A gather merges
+ * into its destination, so the destination is an input; with a full mask GCC
+ * takes any register for it, one that the previous super-block's lookups
+ * wrote, which chains every super-block's gathers to the one before.  A fresh
+ * zero and the full mask, both hidden from the compiler here, make it zero
+ * the destination each time. */
+IQ1_INLINE __m512i iq1_gather(__m512i idx)
 {
     __m512i zero = _mm512_setzero_si512();
-    __mmask8 all = 0xFF;
-    __asm__ volatile("" : "+v"(zero), "+k"(all));
-    return _mm512_mask_i32gather_epi64(zero, all, idx, (const void *)iq1s_grid_p1, 8);
+    __mmask16 all;
+    __asm__ volatile("kxnorw %%k0, %%k0, %0" : "=k"(all), "+v"(zero));
+    return _mm512_mask_i32gather_epi32(zero, all, idx, (const void *)iq1s_grid_p1_nib, 4);
 }
 
-/* One super-block (its 25 words) against activations in registers (act: the
- * 256 qs as 4 x 64 bytes; bsums: the 16 block sums): 16 int32 lanes whose
- * sum is its exact integer total. */
-IQ1_INLINE __m512i iq1s_super_act(__m512i words, const __m512i act[4], __m256i bsums)
+/* Half h's dot products: dword lane l the exact sum over entry 16h + l's 8
+ * coordinates of (g + 1) a, |sum| <= 8 * 2 * 128 (the even coordinates from
+ * the low nibbles of each byte, the odd ones from the high). */
+IQ1_INLINE __m512i iq1_half_dot(__m512i words, const iq1_act *act, int h)
 {
-    const __m512i idx0 = iq1_indices(words, 0), idx1 = iq1_indices(words, 1);
-    const __m512i g[4] = {iq1_gather(_mm512_castsi512_si256(idx0)), iq1_gather(_mm512_extracti64x4_epi64(idx0, 1)),
-                          iq1_gather(_mm512_castsi512_si256(idx1)), iq1_gather(_mm512_extracti64x4_epi64(idx1, 1))};
-    const __m256i lsign = _mm256_srli_epi16(
-        _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.qh_pairs), words)), 12);
-    const __m256i bsum = _mm256_madd_epi16(_mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.bsum_factor)),
-                                           bsums);
-    const __m512i scale = _mm512_castsi256_si512(
-        _mm256_permutexvar_epi16(lsign, _mm256_load_si256((const __m256i *)iq1_ctl.grid_factor)));
-    __m512i dot[4];
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        dot[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[p], act[p]);
-    const __m512i t = _mm512_dpwssd_epi32(_mm512_zextsi256_si512(bsum), _mm512_packs_epi32(dot[0], dot[1]),
-                                          _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[0]), scale));
-    return _mm512_dpwssd_epi32(t, _mm512_packs_epi32(dot[2], dot[3]),
-                               _mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.pack_scale[1]), scale));
+    const __m512i nib = iq1_gather(iq1_indices(words, h)), low = _mm512_set1_epi8(0x0F);
+    /* each byte's high nibble to its low one, in one op: row 7 - i of the bit
+     * matrix selects source bit 4 + i for result bit i < 4, none for i >= 4 */
+    const __m512i even = _mm512_and_si512(nib, low),
+                  odd = _mm512_gf2p8affine_epi64_epi8(nib, _mm512_set1_epi64(0x1020408000000000ll), 0);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, act->even[h]), odd, act->odd[h]);
+}
+
+/* One super-block (its 25 words) against its activations: 16 int32 lanes
+ * whose sum is its exact integer total. */
+IQ1_INLINE __m512i iq1s_super_act(__m512i words, const iq1_act *act)
+{
+    const __m512i lsign = _mm512_srli_epi16(_mm512_permutexvar_epi16(_mm512_load_si512(iq1_ctl.lsign_words), words), 12);
+    const __m512i bsum = _mm512_madd_epi16(_mm512_permutexvar_epi16(lsign, _mm512_load_si512(iq1_ctl.bsum_factor)),
+                                           act->bsums);
+    const __m512i dots = _mm512_packs_epi32(iq1_half_dot(words, act, 0), iq1_half_dot(words, act, 1));
+    return _mm512_dpwssd_epi32(bsum, dots, _mm512_permutexvar_epi16(lsign, _mm512_load_si512(iq1_ctl.grid_factor)));
 }
 
 IQ1_INLINE __m512i iq1_load_words(const block_iq1_s *b)
@@ -147,21 +166,25 @@ IQ1_INLINE __m512i iq1_load_words(const block_iq1_s *b)
     return _mm512_maskz_loadu_epi8(IQ1_BLOCK_BYTES, b);
 }
 
-IQ1_INLINE void iq1_load_act(const block_q8_K *y, __m512i act[4], __m256i *bsums)
+IQ1_INLINE void iq1_load_act(const block_q8_K *y, iq1_act *act)
 {
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        act[p] = _mm512_loadu_si512(y->qs + 64 * p);
-    *bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+    const __m512i even = _mm512_load_si512(iq1_ctl.even_bytes), odd = _mm512_load_si512(iq1_ctl.odd_bytes);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        const __m512i a0 = _mm512_loadu_si512(y->qs + 128 * h), a1 = _mm512_loadu_si512(y->qs + 128 * h + 64);
+        act->even[h] = _mm512_permutex2var_epi8(a0, even, a1);
+        act->odd[h] = _mm512_permutex2var_epi8(a0, odd, a1);
+    }
+    act->bsums = _mm512_maskz_permutexvar_epi16(0x33333333u, _mm512_load_si512(iq1_ctl.bsum_words),
+                                                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y->bsums)));
 }
 
 /* One super-block against y: 16 int32 lanes whose sum is its exact integer total. */
 IQ1_INLINE __m512i iq1s_super(const block_iq1_s *b, const block_q8_K *y)
 {
-    __m512i act[4];
-    __m256i bsums;
-    iq1_load_act(y, act, &bsums);
-    return iq1s_super_act(iq1_load_words(b), act, bsums);
+    iq1_act act;
+    iq1_load_act(y, &act);
+    return iq1s_super_act(iq1_load_words(b), &act);
 }
 
 /* gemm_x86_tokens.inc's one-token float step: acc + (dw * d_a) * total, one
@@ -232,15 +255,15 @@ static void iq1s_dot_rows(int64_t n, float *out, const void *w, size_t row_strid
     const int64_t nb = n / QK_K;
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        __m512i act[4], words[SIMD_ROWS], lanes[SIMD_ROWS];
-        __m256i bsums;
-        iq1_load_act(y + i, act, &bsums);
+        __m512i words[SIMD_ROWS], lanes[SIMD_ROWS];
+        iq1_act act;
+        iq1_load_act(y + i, &act);
         _Pragma("GCC unroll 4")
         for (int r = 0; r < SIMD_ROWS; r++) {
             const block_iq1_s *b = (const block_iq1_s *)(w8 + (size_t)r * row_stride) + i;
             _mm_prefetch((const char *)b + SIMD_ROWS * row_stride, _MM_HINT_T0); /* see above */
             words[r] = iq1_load_words(b);
-            lanes[r] = iq1s_super_act(words[r], act, bsums);
+            lanes[r] = iq1s_super_act(words[r], &act);
         }
         const __m128 dw = _mm_mul_ps(iq1_d4(words), _mm_set1_ps(0.125f));
         acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(iq1_totals4(lanes)), acc);
