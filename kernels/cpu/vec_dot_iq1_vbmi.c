@@ -4,8 +4,8 @@
  * (vec_dot) of the 1.6-bit experts.  The AVX-512 set's 256-bit code
  * (vec_dot_iq_x86.inc) takes about 175 instructions a super-block, about
  * 95 of them with a memory operand (an index load and a grid load per 8
- * values); this loop takes about 60, with 32 loads inside four gathers
- * (objdump of both loops).  The vector ports are what binds it with two
+ * values); this one's rows loop takes 44 a row, with 32 loads inside two
+ * gathers (objdump of the loops).  The vector ports are what binds it with two
  * threads a core, so every step below is counted in them
  * (docs/PERFORMANCE.md, "IQ kernels, session 9").
  *
@@ -14,16 +14,26 @@
  *     vpermw puts each dword pair's two qs bytes and its qh word in one
  *     qword, one vpmultishiftqb moves the qs byte and the qh bits 3k.. of
  *     each index k into its dword, an and keeps 11 bits;
- *   - the grid points g + 1 (iq1s_grid_p1, 8 bytes 0..2 each) by four
- *     vpgatherdq of 8 points, 64 values each (32 loads in all, no index
- *     loads);
- *   - one vpdpbusd per 64 values against the unscaled g + 1 (4 products a
- *     lane, |sum| <= 4 * 2 * 128), vpackssdw of two chunks (exact), and
- *     vpdpwssd by 8 (2l + 1) of each word's sub-block;
+ *   - the grid points g + 1 (iq1s_grid_p1_nib, 4 bytes a point, coordinate
+ *     j in nibble j) by two vpgatherdd of 16 points; of each, an and keeps
+ *     the even coordinates (low nibbles) and one vgf2p8affineqb moves the odd
+ *     ones (high nibbles) down.  The activations are split once per
+ *     super-block for all rows into their even and odd bytes (vpermt2b), so
+ *     the points need no shuffle: two vpdpbusd a half give each dword the
+ *     entry's 8 products (|sum| <= 8 * 2 * 128);
+ *   - vpackssdw of the two halves (exact) and one vpdpwssd by 8 (2l + 1) of
+ *     each word's sub-block;
  *   - the "- 1" of g + 1 and the delta: sum (8 g + delta) a = 8 sum (g + 1)
  *     a + (delta - 8) sum a per sub-block, the latter from the activations'
  *     block sums (one vpmaddwd), as the AVX2 set does; both factors come
- *     from 16-word tables indexed by qh >> 12 = l | delta bit << 3 (vpermw).
+ *     from 16-word tables indexed by qh >> 12 = l | delta bit << 3 (vpermw),
+ *     placed once per row as vpackssdw's words are (lsign_words).
+ * Against four vpgatherdq of 8 qword points (the same 32 loads) this halves
+ * the gathers and cuts the rows loop from 206 instructions, 80 port-5 ops
+ * and 16 gathers per four rows and super-block to 176, 49 and 8: IQ1_S with
+ * 32 threads 98.9 GB/s against 91.1 (1.086x, faster in each of four
+ * interleaved rounds), one thread 5.2-5.7 against 4.9 (docs/PERFORMANCE.md,
+ * "IQ kernels, session 12: IQ1_S").
  * The integer total of each super-block is the exact one (no saturating
  * step), so it equals the other sets' and the reference's; the float step
  * is gemm_x86_tokens.inc's one-token step (acc + (dw * d_a) * total, one
@@ -127,8 +137,12 @@ IQ1_INLINE __m512i iq1_indices(__m512i words, int h)
  * into its destination, so the destination is an input; with a full mask GCC
  * takes any register for it, one that the previous super-block's lookups
  * wrote, which chains every super-block's gathers to the one before.  A fresh
- * zero and the full mask, both hidden from the compiler here, make it zero
- * the destination each time. */
+ * zero hidden from the compiler makes it zero the destination each time.
+ * The gather clears its mask, so each takes a fresh one: kxnorw of k0 with
+ * itself (all ones whatever k0 holds; GCC writes k0 nowhere in these loops,
+ * objdump, so no mask waits on a gather) is a port-0 op, where GCC's kmovw
+ * from a register is a port-5 one.  Alone it was not measurably faster
+ * (docs/PERFORMANCE.md, "IQ kernels, session 12: IQ1_S", v2). */
 IQ1_INLINE __m512i iq1_gather(__m512i idx)
 {
     __m512i zero = _mm512_setzero_si512();
