@@ -94,8 +94,10 @@ $(BUILD)/hydra-mkmodel: $(BUILD)/obj/bench/mkmodel.o $(LIB_A)
 $(BUILD)/hydra-bench: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The server reuses hydra-run's stop-string filter (src/tools/run_stop.c).
-$(BUILD)/hydra-serve: $(SERVE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/src/tools/run_stop.o $(LIB_A)
+# The server reuses hydra-run's stop-string filter (src/tools/run_stop.c)
+# and flag-table parser (src/tools/flag_parse.c).
+$(BUILD)/hydra-serve: $(SERVE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/src/tools/run_stop.o \
+                      $(BUILD)/obj/src/tools/flag_parse.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -luv -lhttp_parser -lcjson -lxxhash
 
 $(TESTBIN): $(TEST_OBJ) $(LIB_A)

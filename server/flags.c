@@ -1,111 +1,18 @@
 /*
  * flags.c — hydra-serve's command line: one table of flags (names, the
- * field each fills, its range, its help) drives both the parser and the
- * usage text.  Names and defaults follow llama-server's where it has the
- * flag.
+ * field each fills, its range, its help) drives both the parser
+ * (src/tools/flag_parse.c, shared with hydra-run) and the usage text.
+ * Names and defaults follow llama-server's where it has the flag.
  */
 #include "serve.h"
 
+#include "tools/flag_parse.h"
+
 #include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct flag flag;
-
-/* Stores value (NULL for a switch) into o; false after saying why. */
-typedef bool (*flag_parse)(const flag *f, const char *name, const char *value, serve_opts *o);
-
-struct flag {
-    const char *names;   /* space-separated: "-m --model" */
-    const char *metavar; /* NULL: a switch */
-    flag_parse parse;
-    size_t offset;       /* of the field in serve_opts */
-    double min, max;     /* numeric range, inclusive */
-    const char *help;
-};
-
-static void *field(const flag *f, serve_opts *o)
-{
-    return (char *)o + f->offset;
-}
-
-static bool parse_string(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    (void)name;
-    *(const char **)field(f, o) = value;
-    return true;
-}
-
-static bool parse_switch(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    (void)name, (void)value;
-    *(bool *)field(f, o) = true;
-    return true;
-}
-
-static bool parse_help(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    (void)f, (void)name, (void)value;
-    o->help = true;
-    return true;
-}
-
-/* A whole decimal integer in [min, max]. */
-static bool read_integer(const flag *f, const char *name, const char *value, long long *out)
-{
-    char *end;
-    errno = 0;
-    const long long v = strtoll(value, &end, 10);
-    if (end == value || *end != '\0') {
-        serve_log("%s '%s': not an integer", name, value);
-        return false;
-    }
-    if (errno == ERANGE || (double)v < f->min || (double)v > f->max) {
-        serve_log("%s %s: must be an integer from %.0f to %.0f", name, value, f->min, f->max);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool parse_int(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    long long v;
-    if (!read_integer(f, name, value, &v))
-        return false;
-    *(int *)field(f, o) = (int)v;
-    return true;
-}
-
-static bool parse_int32(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    long long v;
-    if (!read_integer(f, name, value, &v))
-        return false;
-    *(int32_t *)field(f, o) = (int32_t)v;
-    return true;
-}
-
-static bool parse_llong(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    return read_integer(f, name, value, (long long *)field(f, o));
-}
-
-static bool parse_float(const flag *f, const char *name, const char *value, serve_opts *o)
-{
-    char *end;
-    const double v = strtod(value, &end);
-    if (end == value || *end != '\0' || !isfinite(v) || v < f->min || v > f->max) {
-        serve_log("%s '%s': must be a number from %g to %g", name, value, f->min, f->max);
-        return false;
-    }
-    *(float *)field(f, o) = (float)v;
-    return true;
-}
 
 static bool add_key(serve_opts *o, const char *key, const char *name)
 {
@@ -120,9 +27,10 @@ static bool add_key(serve_opts *o, const char *key, const char *name)
 }
 
 /* --api-key KEY[,KEY...] (repeatable). */
-static bool parse_api_key(const flag *f, const char *name, const char *value, serve_opts *o)
+static bool parse_api_key(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    serve_opts *o = t->opts;
     char *keys = o->n_keys_owned < SERVE_MAX_API_KEYS ? strdup(value) : NULL;
     if (keys == NULL) {
         serve_log("%s: too many keys", name);
@@ -136,7 +44,7 @@ static bool parse_api_key(const flag *f, const char *name, const char *value, se
 }
 
 /* --api-key-file FILE: one key per line; blank lines ignored. */
-static bool parse_api_key_file(const flag *f, const char *name, const char *value, serve_opts *o)
+static bool parse_api_key_file(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     FILE *fp = fopen(value, "r");
     if (fp == NULL) {
@@ -152,7 +60,7 @@ static bool parse_api_key_file(const flag *f, const char *name, const char *valu
     for (char *p = text.data; p != NULL && *p != '\0'; p++)
         if (*p == '\n' || *p == '\r')
             *p = ',';
-    const bool ok = parse_api_key(f, name, text.data ? text.data : "", o);
+    const bool ok = parse_api_key(f, name, text.data ? text.data : "", t);
     sbuf_free(&text);
     return ok;
 }
@@ -161,55 +69,58 @@ static bool parse_api_key_file(const flag *f, const char *name, const char *valu
 #define SAMPLING(field_name) (offsetof(serve_opts, sampling) + offsetof(hydra_sampler_params, field_name))
 
 static const flag flags[] = {
-    {"-m --model", "FILE", parse_string, OFF(model_path), 0, 0, "the GGUF model (required)"},
-    {"-a --alias", "NAME", parse_string, OFF(alias), 0, 0, "the model's name in responses (default: the file's base name)"},
-    {"--host", "HOST", parse_string, OFF(host), 0, 0, "address to listen on (default 127.0.0.1)"},
-    {"--port", "N", parse_int, OFF(port), 0, 65535, "port to listen on (default 8080; 0: any free port)"},
-    {"-np --parallel", "N", parse_int, OFF(n_parallel), 1, 256, "slots: requests served at once (default 4)"},
-    {"-c --ctx-size", "N", parse_int, OFF(n_ctx), 0, 1 << 24,
+    {"-m --model", "FILE", flag_string, OFF(model_path), 0, 0, 0, "the GGUF model (required)"},
+    {"-a --alias", "NAME", flag_string, OFF(alias), 0, 0, 0,
+     "the model's name in responses (default: the file's base name)"},
+    {"--host", "HOST", flag_string, OFF(host), 0, 0, 0, "address to listen on (default 127.0.0.1)"},
+    {"--port", "N", flag_int, OFF(port), 0, 65535, 0, "port to listen on (default 8080; 0: any free port)"},
+    {"-np --parallel", "N", flag_int, OFF(n_parallel), 1, 256, 0, "slots: requests served at once (default 4)"},
+    {"-c --ctx-size", "N", flag_int, OFF(n_ctx), 0, 1 << 24, 0,
      "context of all slots together, split evenly (default 0: 4096 per slot, at most the model's)"},
-    {"-t --threads", "N", parse_int, OFF(n_threads), 0, 1024, "threads of a forward pass (default 0: physical cores)"},
-    {"-b --batch-size", "N", parse_int, OFF(n_batch), 1, 65536,
+    {"-t --threads", "N", flag_int, OFF(n_threads), 0, 1024, 0,
+     "threads of a forward pass (default 0: physical cores)"},
+    {"-b --batch-size", "N", flag_int, OFF(n_batch), 1, 65536, 0,
      "most tokens one engine step evaluates: every generating slot's next token plus prompt chunks (default 512)"},
-    {"-n --n-predict", "N", parse_int, OFF(n_predict), -1, INT32_MAX,
+    {"-n --n-predict", "N", flag_int, OFF(n_predict), -1, INT32_MAX, 0,
      "tokens a request generates when it sets no max_tokens (default -1: until the end or a full context)"},
-    {"--timeout", "SECONDS", parse_int, OFF(timeout_s), 1, 86400,
+    {"--timeout", "SECONDS", flag_int, OFF(timeout_s), 1, 86400, 0,
      "a request must arrive within it, an idle connection is closed after it, and a client that reads nothing of "
      "a response for it is dropped (default 600)"},
-    {"--max-queue", "N", parse_int, OFF(max_queue), 0, 1 << 20,
+    {"--max-queue", "N", flag_int, OFF(max_queue), 0, 1 << 20, 0,
      "requests that may wait for a slot; more get 503 with Retry-After (default 64)"},
-    {"--max-body", "BYTES", parse_llong, OFF(max_body), 1, 1LL << 32, "largest request body; more get 413 (default 8 MiB)"},
-    {"--api-key", "KEY", parse_api_key, 0, 0, 0, "require \"Authorization: Bearer KEY\" (repeatable, or KEY1,KEY2)"},
-    {"--api-key-file", "FILE", parse_api_key_file, 0, 0, 0, "API keys from a file, one per line"},
-    {"--chat-template", "NAME|TEXT", parse_string, OFF(chat_template), 0, 0,
+    {"--max-body", "BYTES", flag_llong, OFF(max_body), 1, 1LL << 32, 0,
+     "largest request body; more get 413 (default 8 MiB)"},
+    {"--api-key", "KEY", parse_api_key, 0, 0, 0, 0, "require \"Authorization: Bearer KEY\" (repeatable, or KEY1,KEY2)"},
+    {"--api-key-file", "FILE", parse_api_key_file, 0, 0, 0, 0, "API keys from a file, one per line"},
+    {"--chat-template", "NAME|TEXT", flag_string, OFF(chat_template), 0, 0, 0,
      "a built-in template by name, or a Jinja template's text, instead of the model's"},
-    {"--slot-save-path", "DIR", parse_string, OFF(slot_save_path), 0, 0,
+    {"--slot-save-path", "DIR", flag_string, OFF(slot_save_path), 0, 0, 0,
      "folder for POST /slots/{id}?action=save|restore (off by default)"},
-    {"--metrics", NULL, parse_switch, OFF(metrics), 0, 0, "answer GET /metrics (Prometheus text)"},
-    {"-v --verbose", NULL, parse_switch, OFF(verbose), 0, 0, "log every request on stderr"},
-    {"-md --model-draft", "FILE", parse_string, OFF(draft_path), 0, 0,
+    {"--metrics", NULL, flag_switch, OFF(metrics), 0, 0, 0, "answer GET /metrics (Prometheus text)"},
+    {"-v --verbose", NULL, flag_switch, OFF(verbose), 0, 0, 0, "log every request on stderr"},
+    {"-md --model-draft", "FILE", flag_string, OFF(draft_path), 0, 0, 0,
      "a draft model of the same vocabulary: every slot decodes speculatively (docs/SPECULATIVE.md)"},
-    {"--spec-mtp", NULL, parse_switch, OFF(spec_mtp), 0, 0,
+    {"--spec-mtp", NULL, flag_switch, OFF(spec_mtp), 0, 0, 0,
      "every slot decodes speculatively, drafted by the model's own MTP (NextN) block instead of -md"},
-    {"--spec-draft-n-max --draft-max --draft-n", "N", parse_int, OFF(spec_n_max), 1, 256,
+    {"--spec-draft-n-max --draft-max --draft-n", "N", flag_int, OFF(spec_n_max), 1, 256, 0,
      "with -md: most tokens drafted per step; each generating slot takes N + 1 rows of a step (default 16)"},
-    {"--spec-draft-p-min --draft-p-min", "P", parse_float, OFF(spec_p_min), 0, 1,
+    {"--spec-draft-p-min --draft-p-min", "P", flag_float, OFF(spec_p_min), 0, 1, 0,
      "with -md: drafting stops when the draft's most probable token has less (default 0.75)"},
-    {"--spec-fixed-width", NULL, parse_switch, OFF(spec_fixed_width), 0, 0,
+    {"--spec-fixed-width", NULL, flag_switch, OFF(spec_fixed_width), 0, 0, 0,
      "with -md: pad every verify pass to N + 1 rows (one width, as a captured CUDA graph needs; on the CPU the "
      "padded rows cost compute; default: the drafts + 1 rows)"},
-    {"--temp", "T", parse_float, SAMPLING(temperature), 0, 2, "default temperature (0.8)"},
-    {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, "default top-k (40; 0: off)"},
-    {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, "default top-p (0.95)"},
-    {"--min-p", "P", parse_float, SAMPLING(min_p), 0, 1, "default min-p (0.05)"},
-    {"--repeat-penalty", "R", parse_float, SAMPLING(repeat_penalty), 1e-6, 10, "default repeat penalty (1: off)"},
-    {"--repeat-last-n", "N", parse_int32, SAMPLING(penalty_last_n), 0, INT32_MAX,
+    {"--temp", "T", flag_float, SAMPLING(temperature), 0, 2, 0, "default temperature (0.8)"},
+    {"--top-k", "N", flag_int32, SAMPLING(top_k), 0, INT32_MAX, 0, "default top-k (40; 0: off)"},
+    {"--top-p", "P", flag_float, SAMPLING(top_p), 0, 1, 0, "default top-p (0.95)"},
+    {"--min-p", "P", flag_float, SAMPLING(min_p), 0, 1, 0, "default min-p (0.05)"},
+    {"--repeat-penalty", "R", flag_float, SAMPLING(repeat_penalty), 1e-6, 10, 0, "default repeat penalty (1: off)"},
+    {"--repeat-last-n", "N", flag_int32, SAMPLING(penalty_last_n), 0, INT32_MAX, 0,
      "default window of the penalties (64)"},
-    {"--presence-penalty", "P", parse_float, SAMPLING(presence_penalty), -2, 2, "default presence penalty (0)"},
-    {"--frequency-penalty", "P", parse_float, SAMPLING(frequency_penalty), -2, 2, "default frequency penalty (0)"},
-    {"-s --seed", "S", parse_llong, OFF(seed), -1, 9007199254740992.0,
+    {"--presence-penalty", "P", flag_float, SAMPLING(presence_penalty), -2, 2, 0, "default presence penalty (0)"},
+    {"--frequency-penalty", "P", flag_float, SAMPLING(frequency_penalty), -2, 2, 0, "default frequency penalty (0)"},
+    {"-s --seed", "S", flag_llong, OFF(seed), -1, 9007199254740992.0, 0,
      "default seed (-1: a fresh one per request)"},
-    {"-h --help", NULL, parse_help, 0, 0, 0, "this text"},
+    {"-h --help", NULL, flag_switch, OFF(help), 0, 0, 0, "this text"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -238,41 +149,11 @@ void serve_opts_free(serve_opts *o)
     o->n_keys_owned = 0;
 }
 
-static bool names_match(const char *names, const char *arg)
-{
-    const size_t len = strlen(arg);
-    for (const char *p = names; *p != '\0';) {
-        const char *end = strchr(p, ' ');
-        const size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n == len && strncmp(p, arg, n) == 0)
-            return true;
-        p += n + (end != NULL);
-    }
-    return false;
-}
-
 int serve_parse_args(int argc, char **argv, serve_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const flag *f = NULL;
-        for (int k = 0; k < N_FLAGS && f == NULL; k++)
-            if (names_match(flags[k].names, argv[i]))
-                f = &flags[k];
-        if (f == NULL) {
-            serve_log("unknown flag '%s' (--help lists them)", argv[i]);
-            return -1;
-        }
-        const char *value = NULL;
-        if (f->metavar != NULL) {
-            if (i + 1 >= argc) {
-                serve_log("%s needs a value (%s)", argv[i], f->metavar);
-                return -1;
-            }
-            value = argv[++i];
-        }
-        if (!f->parse(f, argv[f->metavar ? i - 1 : i], value, o))
-            return -1;
-    }
+    const flag_target target = {.opts = o, .error = serve_log};
+    if (!flag_parse_args(flags, N_FLAGS, argc, argv, &target))
+        return -1;
     if (!o->help && o->model_path == NULL) {
         serve_log("-m FILE is required (--help lists the flags)");
         return -1;

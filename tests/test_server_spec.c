@@ -476,7 +476,7 @@ TEST(server_spec_bad_flags_are_refused_naming_them)
     snprintf(args, sizeof args, "-m %s --port 0 -md %s --spec-draft-n-max 0", m, m);
     REFUSED(args, 2, "--spec-draft-n-max 0: must be an integer from 1 to 256");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s --spec-draft-p-min 1.5", m, m);
-    REFUSED(args, 2, "--spec-draft-p-min '1.5': must be a number from 0 to 1");
+    REFUSED(args, 2, "--spec-draft-p-min 1.5: must be a number from 0 to 1");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s -np 4 -b 40", m, m);
     REFUSED(args, 2, "-b 40: with -md, at least -np x (--spec-draft-n-max + 1) = 4 x 17 = 68");
     snprintf(args, sizeof args, "-m %s --port 0 -md %s -c 32 -np 2 --spec-draft-n-max 15", m, m);

@@ -1,120 +1,24 @@
 /*
  * run_args.c — hydra-run's command line: one table of flags (names, what
- * they fill, their range, their help) drives the parser and the usage
- * text.  Names and defaults follow llama-cli's where it has the flag.
+ * they fill, their range, their help) drives the parser (flag_parse.c,
+ * shared with hydra-serve) and the usage text.  Names and defaults follow
+ * llama-cli's where it has the flag.
  */
 #include "run.h"
 
 #include "split.h"
+#include "tools/flag_parse.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct flag flag;
-
-/* Stores value (NULL for a flag without one) into o; false after saying why. */
-typedef bool (*flag_parse)(const flag *f, const char *name, const char *value, run_opts *o);
-
-struct flag {
-    const char *names;   /* space-separated: "-m --model" */
-    const char *metavar; /* NULL: the flag takes no value */
-    flag_parse parse;
-    size_t offset; /* of the field in run_opts */
-    double min, max; /* numeric range, inclusive */
-    int set;         /* the value a switch stores */
-    const char *help;
-};
-
-static void *field(const flag *f, run_opts *o) { return (char *)o + f->offset; }
-
-static bool parse_string(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    (void)name;
-    *(const char **)field(f, o) = value;
-    return true;
-}
-
-static bool parse_switch(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    (void)name, (void)value;
-    *(bool *)field(f, o) = true;
-    return true;
-}
-
-static bool parse_choice(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    (void)name, (void)value;
-    *(int *)field(f, o) = f->set;
-    return true;
-}
-
-static bool out_of_range(const flag *f, const char *name, const char *value)
-{
-    run_error("%s %s: must be a number from %g to %g", name, value, f->min, f->max);
-    return false;
-}
-
-/* A whole decimal integer in [min, max]. */
-static bool read_integer(const flag *f, const char *name, const char *value, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (end == value || *end != '\0' || (errno != 0 && errno != ERANGE)) {
-        run_error("%s '%s': not an integer", name, value);
-        return false;
-    }
-    if (errno == ERANGE || (double)v < f->min || (double)v > f->max)
-        return out_of_range(f, name, value);
-    *out = v;
-    return true;
-}
-
-static bool parse_int(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    long long v;
-    if (!read_integer(f, name, value, &v))
-        return false;
-    *(int *)field(f, o) = (int)v;
-    return true;
-}
-
-static bool parse_int32(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    long long v;
-    if (!read_integer(f, name, value, &v))
-        return false;
-    *(int32_t *)field(f, o) = (int32_t)v;
-    return true;
-}
-
-static bool parse_llong(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    return read_integer(f, name, value, (long long *)field(f, o));
-}
-
-/* A finite number in [min, max]. */
-static bool parse_float(const flag *f, const char *name, const char *value, run_opts *o)
-{
-    char *end;
-    double v = strtod(value, &end);
-    if (end == value || *end != '\0' || !isfinite(v)) {
-        run_error("%s '%s': not a number", name, value);
-        return false;
-    }
-    if (v < f->min || v > f->max)
-        return out_of_range(f, name, value);
-    *(float *)field(f, o) = (float)v;
-    return true;
-}
-
-static bool parse_stop(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_stop(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     if (value[0] == '\0' || o->n_stops == RUN_MAX_STOPS) {
         run_error("%s: %s", name, value[0] ? "too many stop strings (at most 16)" : "a stop string cannot be empty");
         return false;
@@ -123,9 +27,10 @@ static bool parse_stop(const flag *f, const char *name, const char *value, run_o
     return true;
 }
 
-static bool parse_kv_type(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_kv_type(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     if (strcmp(value, "f16") != 0 && strcmp(value, "f32") != 0) {
         run_error("%s '%s': f16 or f32", name, value);
         return false;
@@ -134,9 +39,10 @@ static bool parse_kv_type(const flag *f, const char *name, const char *value, ru
     return true;
 }
 
-static bool parse_hybrid(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_hybrid(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     static const struct { const char *name; hydra_hybrid_mode mode; } modes[] = {
         {"off", HYDRA_HYBRID_OFF}, {"cpu", HYDRA_HYBRID_CPU_SPLIT}, {"cuda", HYDRA_HYBRID_CUDA}};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
@@ -148,9 +54,10 @@ static bool parse_hybrid(const flag *f, const char *name, const char *value, run
     return false;
 }
 
-static bool parse_split(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_split(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     static const char *const modes[] = {"none", "layer", "tensor"}; /* hydra_split_mode order */
     for (int i = 0; i < 3; i++)
         if (strcmp(value, modes[i]) == 0) {
@@ -162,9 +69,10 @@ static bool parse_split(const flag *f, const char *name, const char *value, run_
 }
 
 /* "3,1": each device's share. */
-static bool parse_ratios(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_ratios(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     float r[HYDRA_MAX_DEVICES] = {0};
     if (split_parse_ratios(value, r, HYDRA_MAX_DEVICES) < 1) {
         run_error("%s '%s': up to %d shares >= 0 separated by commas, e.g. 3,1", name, value, HYDRA_MAX_DEVICES);
@@ -175,9 +83,10 @@ static bool parse_ratios(const flag *f, const char *name, const char *value, run
 }
 
 /* "1,2,3" (commas and/or spaces) into o->prompt_ids. */
-static bool parse_ids(const flag *f, const char *name, const char *value, run_opts *o)
+static bool parse_ids(const flag *f, const char *name, const char *value, const flag_target *t)
 {
     (void)f;
+    run_opts *o = t->opts;
     size_t cap = strlen(value) / 2 + 1, n = 0;
     hydra_token *ids = malloc(cap * sizeof *ids);
     const char *p = value;
@@ -213,102 +122,89 @@ static bool parse_ids(const flag *f, const char *name, const char *value, run_op
 #define SAMPLING(field) (offsetof(run_opts, sampling) + offsetof(hydra_sampler_params, field))
 
 static const flag flags[] = {
-    {"-m --model", "FILE", parse_string, AT(model), 0, 0, 0,
+    {"-m --model", "FILE", flag_string, AT(model), 0, 0, 0,
      "GGUF model (default: a synthetic tiny qwen3moe, written once to $XDG_CACHE_HOME/hydra/ or ~/.cache/hydra/)"},
-    {"-p --prompt", "TEXT", parse_string, AT(prompt), 0, 0, 0, "prompt to continue (in chat mode: the first message)"},
-    {"-f --file", "FILE", parse_string, AT(prompt_file), 0, 0, 0, "read the prompt from FILE, byte for byte"},
-    {"-n --n-predict", "N", parse_int, AT(n_predict), -1, INT_MAX, 0,
+    {"-p --prompt", "TEXT", flag_string, AT(prompt), 0, 0, 0, "prompt to continue (in chat mode: the first message)"},
+    {"-f --file", "FILE", flag_string, AT(prompt_file), 0, 0, 0, "read the prompt from FILE, byte for byte"},
+    {"-n --n-predict", "N", flag_int, AT(n_predict), -1, INT_MAX, 0,
      "tokens to generate (default -1: until an end-of-generation token or a full context)"},
-    {"-c --ctx-size", "N", parse_int, AT(n_ctx), 0, 1 << 24, 0,
+    {"-c --ctx-size", "N", flag_int, AT(n_ctx), 0, 1 << 24, 0,
      "context size in tokens (default 4096, or the model's when smaller; 0: the model's)"},
-    {"-t --threads", "N", parse_int, AT(n_threads), 0, 1024, 0, "threads (default 0: the physical cores)"},
-    {"-s --seed", "N", parse_llong, AT(seed), -1, (double)LLONG_MAX, 0, "random seed (default -1: a new one each run, printed)"},
-    {"--temp", "T", parse_float, SAMPLING(temperature), 0, 1e6, 0, "temperature (default 0.8; 0: greedy)"},
-    {"--top-k", "N", parse_int32, SAMPLING(top_k), 0, INT32_MAX, 0, "keep the N most likely tokens (default 40; 0: off)"},
-    {"--top-p", "P", parse_float, SAMPLING(top_p), 0, 1, 0,
+    {"-t --threads", "N", flag_int, AT(n_threads), 0, 1024, 0, "threads (default 0: the physical cores)"},
+    {"-s --seed", "N", flag_llong, AT(seed), -1, (double)LLONG_MAX, 0, "random seed (default -1: a new one each run, printed)"},
+    {"--temp", "T", flag_float, SAMPLING(temperature), 0, 1e6, 0, "temperature (default 0.8; 0: greedy)"},
+    {"--top-k", "N", flag_int32, SAMPLING(top_k), 0, INT32_MAX, 0, "keep the N most likely tokens (default 40; 0: off)"},
+    {"--top-p", "P", flag_float, SAMPLING(top_p), 0, 1, 0,
      "keep the most likely tokens up to probability P (default 0.95; 1: off)"},
-    {"--min-p", "P", parse_float, SAMPLING(min_p), 0, 1, 0,
+    {"--min-p", "P", flag_float, SAMPLING(min_p), 0, 1, 0,
      "drop tokens less likely than P x the most likely (default 0.05; 0: off)"},
-    {"--repeat-penalty", "X", parse_float, SAMPLING(repeat_penalty), 1e-6, 1e6, 0,
+    {"--repeat-penalty", "X", flag_float, SAMPLING(repeat_penalty), 1e-6, 1e6, 0,
      "penalise tokens of the last --repeat-last-n (default 1: off)"},
-    {"--repeat-last-n", "N", parse_int, AT(repeat_last_n), -1, 1 << 24, 0,
+    {"--repeat-last-n", "N", flag_int, AT(repeat_last_n), -1, 1 << 24, 0,
      "the window of the penalties (default 64; 0: off; -1: the context size)"},
-    {"--presence-penalty", "X", parse_float, SAMPLING(presence_penalty), -1e6, 1e6, 0,
+    {"--presence-penalty", "X", flag_float, SAMPLING(presence_penalty), -1e6, 1e6, 0,
      "subtract X from the logits of tokens in the window (default 0: off)"},
-    {"--frequency-penalty", "X", parse_float, SAMPLING(frequency_penalty), -1e6, 1e6, 0,
+    {"--frequency-penalty", "X", flag_float, SAMPLING(frequency_penalty), -1e6, 1e6, 0,
      "subtract X per occurrence in the window (default 0: off)"},
     {"-r --reverse-prompt --stop", "TEXT", parse_stop, 0, 0, 0, 0,
      "end the reply where TEXT appears (not printed); repeatable"},
-    {"--ignore-eos", NULL, parse_switch, AT(ignore_eos), 0, 0, 0, "do not stop at end-of-generation tokens"},
-    {"-cnv --conversation", NULL, parse_choice, AT(conversation), 0, 0, CONV_ON,
+    {"--ignore-eos", NULL, flag_switch, AT(ignore_eos), 0, 0, 0, "do not stop at end-of-generation tokens"},
+    {"-cnv --conversation", NULL, flag_choice, AT(conversation), 0, 0, CONV_ON,
      "chat with the model's template (default: when the model has one, stdin is a terminal and no -p)"},
-    {"-no-cnv --no-conversation", NULL, parse_choice, AT(conversation), 0, 0, CONV_OFF,
+    {"-no-cnv --no-conversation", NULL, flag_choice, AT(conversation), 0, 0, CONV_OFF,
      "continue the prompt as plain text"},
-    {"--chat-template", "NAME", parse_string, AT(chat_template), 0, 0, 0,
+    {"--chat-template", "NAME", flag_string, AT(chat_template), 0, 0, 0,
      "a built-in template (chatml, qwen3, llama3, ...) or a Jinja text, instead of the model's"},
-    {"-sys --system-prompt", "TEXT", parse_string, AT(system_prompt), 0, 0, 0, "system message of the chat"},
-    {"-sp --special", NULL, parse_switch, AT(special), 0, 0, 0, "print control tokens too"},
-    {"--no-display-prompt", NULL, parse_switch, AT(no_display_prompt), 0, 0, 0, "do not echo the prompt"},
-    {"--verbose-prompt", NULL, parse_switch, AT(verbose_prompt), 0, 0, 0,
+    {"-sys --system-prompt", "TEXT", flag_string, AT(system_prompt), 0, 0, 0, "system message of the chat"},
+    {"-sp --special", NULL, flag_switch, AT(special), 0, 0, 0, "print control tokens too"},
+    {"--no-display-prompt", NULL, flag_switch, AT(no_display_prompt), 0, 0, 0, "do not echo the prompt"},
+    {"--verbose-prompt", NULL, flag_switch, AT(verbose_prompt), 0, 0, 0,
      "print the prompt's tokens on stderr before generating"},
     {"--kv-type", "TYPE", parse_kv_type, 0, 0, 0, 0, "KV cache type: f16 (default) or f32"},
-    {"--info", NULL, parse_switch, AT(info), 0, 0, 0,
+    {"--info", NULL, flag_switch, AT(info), 0, 0, 0,
      "describe the model: architecture, hyper-parameters, size, quant mix"},
-    {"-v --verbose", NULL, parse_switch, AT(verbose), 0, 0, 0, "with --info, also list every tensor"},
-    {"--tokenize", NULL, parse_switch, AT(tokenize), 0, 0, 0,
+    {"-v --verbose", NULL, flag_switch, AT(verbose), 0, 0, 0, "with --info, also list every tensor"},
+    {"--tokenize", NULL, flag_switch, AT(tokenize), 0, 0, 0,
      "print the token ids of the prompt (special tokens recognised, no BOS/EOS) and exit"},
     {"--prompt-tokens", "IDS", parse_ids, 0, 0, 0, 0, "the prompt as token ids, e.g. 1,2,3"},
-    {"--logits-out", "FILE", parse_string, AT(logits_out), 0, 0, 0,
+    {"--logits-out", "FILE", flag_string, AT(logits_out), 0, 0, 0,
      "evaluate the prompt in one batch; write every position's logits (float32 LE, [n_tokens][n_vocab])"},
-    {"--profile-experts", "FILE", parse_string, AT(profile_experts), 0, 0, 0,
+    {"--profile-experts", "FILE", flag_string, AT(profile_experts), 0, 0, 0,
      "count each MoE layer's expert lookups over the run and write them as a pin file (docs/HYBRID.md)"},
-    {"--trace-experts", "FILE", parse_string, AT(trace_experts), 0, 0, 0,
+    {"--trace-experts", "FILE", flag_string, AT(trace_experts), 0, 0, 0,
      "write every token's experts per layer (up to the context size; input of hydra-bench --slab-sim)"},
-    {"-md --model-draft", "FILE", parse_string, AT(model_draft), 0, 0, 0,
+    {"-md --model-draft", "FILE", flag_string, AT(model_draft), 0, 0, 0,
      "draft model for speculative decoding (same vocabulary; docs/SPECULATIVE.md)"},
-    {"--spec-mtp", NULL, parse_switch, AT(spec_mtp), 0, 0, 0,
+    {"--spec-mtp", NULL, flag_switch, AT(spec_mtp), 0, 0, 0,
      "speculative decoding drafted by the model's own MTP (NextN) block instead of -md (on the GPU with -ngl or "
      "--hybrid cuda)"},
-    {"--spec-draft-n-max --draft-max --draft", "N", parse_int32, AT(spec.n_draft_max), 1, 256, 0,
+    {"--spec-draft-n-max --draft-max --draft", "N", flag_int32, AT(spec.n_draft_max), 1, 256, 0,
      "most tokens drafted per step; every verify pass has N + 1 rows (default 16)"},
-    {"--spec-draft-p-min --draft-p-min", "P", parse_float, AT(spec.p_min), 0, 1, 0,
+    {"--spec-draft-p-min --draft-p-min", "P", flag_float, AT(spec.p_min), 0, 1, 0,
      "stop drafting when the draft's most likely token is below P (default 0.75)"},
     {"--hybrid", "MODE", parse_hybrid, 0, 0, 0, 0,
      "split each MoE layer's experts: off (default), cpu (the slab a host buffer), cuda (docs/HYBRID.md)"},
-    {"--resident", "F", parse_float, AT(resident), 0, 1, 0,
+    {"--resident", "F", flag_float, AT(resident), 0, 1, 0,
      "with --hybrid: share of each MoE layer's experts in the slab (default 0.5)"},
-    {"--pin-file", "FILE", parse_string, AT(pin_file), 0, 0, 0,
+    {"--pin-file", "FILE", flag_string, AT(pin_file), 0, 0, 0,
      "with --hybrid: the experts to pin, most used first (a --profile-experts file)"},
-    {"--vram-budget", "GiB", parse_float, AT(vram_budget_gib), 0, 1 << 20, 0,
+    {"--vram-budget", "GiB", flag_float, AT(vram_budget_gib), 0, 1 << 20, 0,
      "with --hybrid: plan the slab in this budget; with --info: print the plan"},
-    {"--stats", NULL, parse_switch, AT(stats), 0, 0, 0, "print the hybrid split's and the CUDA graphs' counters after the run"},
+    {"--stats", NULL, flag_switch, AT(stats), 0, 0, 0, "print the hybrid split's and the CUDA graphs' counters after the run"},
     {"-sm --split-mode", "MODE", parse_split, 0, 0, 0, 0,
      "several GPUs (CUDA): none (default, one GPU), layer (layer ranges), tensor (docs/MULTIGPU.md)"},
     {"-ts --tensor-split", "A,B,..", parse_ratios, 0, 0, 0, 0, "each GPU's share of the split (default: free memory)"},
-    {"-mg --main-gpu", "I", parse_int, AT(main_gpu), 0, HYDRA_MAX_DEVICES - 1, 0,
+    {"-mg --main-gpu", "I", flag_int, AT(main_gpu), 0, HYDRA_MAX_DEVICES - 1, 0,
      "the GPU of -sm none; with a split, the one holding the output head (default 0)"},
-    {"-ngl --gpu-layers --n-gpu-layers", "N", parse_int, AT(n_gpu_layers), 0, INT_MAX, 0,
+    {"-ngl --gpu-layers --n-gpu-layers", "N", flag_int, AT(n_gpu_layers), 0, INT_MAX, 0,
      "0 (default): run on the CPU; the model's layer count or more (e.g. 99): the whole model in VRAM (CUDA); "
      "a model larger than the GPU runs with --hybrid cuda instead"},
-    {"--print-ids", NULL, parse_switch, AT(print_ids), 0, 0, 0,
+    {"--print-ids", NULL, flag_switch, AT(print_ids), 0, 0, 0,
      "print the generated token ids (one line) instead of text; implies --ignore-eos"},
-    {"-h --help", NULL, parse_switch, AT(help), 0, 0, 0, "this text"},
+    {"-h --help", NULL, flag_switch, AT(help), 0, 0, 0, "this text"},
 };
 
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
-
-/* Whether `arg` is one of the space-separated names. */
-static bool has_name(const char *names, const char *arg)
-{
-    size_t len = strlen(arg);
-    for (const char *p = names; *p != '\0';) {
-        size_t n = strcspn(p, " ");
-        if (n == len && strncmp(p, arg, n) == 0)
-            return true;
-        p += n + (p[n] == ' ');
-    }
-    return false;
-}
 
 void run_opts_init(run_opts *o)
 {
@@ -331,23 +227,8 @@ void run_opts_free(run_opts *o)
 
 int run_parse_args(int argc, char **argv, run_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        const flag *f = flags;
-        while (f < flags + N_FLAGS && !has_name(f->names, arg))
-            f++;
-        if (f == flags + N_FLAGS) {
-            run_error("unknown option '%s' (hydra-run --help lists them)", arg);
-            return RUN_ERROR;
-        }
-        if (f->metavar != NULL && i + 1 >= argc) {
-            run_error("%s needs a value (%s)", arg, f->metavar);
-            return RUN_ERROR;
-        }
-        if (!f->parse(f, arg, f->metavar ? argv[++i] : NULL, o))
-            return RUN_ERROR;
-    }
-    return RUN_OK;
+    const flag_target target = {.opts = o, .error = run_error};
+    return flag_parse_args(flags, N_FLAGS, argc, argv, &target) ? RUN_OK : RUN_ERROR;
 }
 
 void run_usage(FILE *fp)
