@@ -105,18 +105,6 @@ int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act
  * gk_quantize_rows' rule: one row per block (routed, or n_tok == 1), no
  * glu, x->n % 32 == 0 and <= 32768.  Saves the quantize launch. */
 int gk_matvec_staged(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_rows *rows, const gk_out *out);
-/* --- experts.cu: one decode token's routed experts in one launch, the
- * same bits as gk_matvec(gate, up) into h then gk_matvec_staged(down, h):
- * route r (rows->routes, activation row routes[r].token with
- * act_by_token) into output row r of out; expert -1 skipped.  Plain
- * SwiGLU, no gate/up bias (out may carry the down bias).  The hidden rows
- * stay on chip (nothing is written to an h buffer).  Where
- * gk_experts_fits: compute capability 9.0 (thread-block clusters, bulk
- * copies), the type pairs and shapes of experts.cu, the matrices'
- * expert e at data + e * mat_bytes, 16-byte aligned. */
-bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes);
-int gk_experts(gpuStream_t s, const gk_mat *gate, const gk_mat *up, const gk_mat *down, const gk_act *x,
-               const gk_rows *rows, const gk_out *out, float *h, unsigned int *count);
 /* Dense, n_mats (<= GK_MATVEC_MAX_MATS) matrices of one type and row
  * length over the same n_tok activation rows, in one launch (Q, K, V);
  * for one token the last matrix may have another type where

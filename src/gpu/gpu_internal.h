@@ -154,7 +154,6 @@ struct gpu_session {
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */
-    unsigned int *expert_count; /* experiment: 32 route counters of the one-launch experts */
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
 
