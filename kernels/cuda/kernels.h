@@ -105,6 +105,26 @@ int gk_matvec(gpuStream_t s, const gk_mat *w, const gk_mat *w2_glu, const gk_act
  * gk_quantize_rows' rule: one row per block (routed, or n_tok == 1), no
  * glu, x->n % 32 == 0 and <= 32768.  Saves the quantize launch. */
 int gk_matvec_staged(gpuStream_t s, const gk_mat *w, const gk_act *x, const gk_rows *rows, const gk_out *out);
+/* --- experts.cu: one decode token's routed experts in one launch, the
+ * same bits as gk_matvec(gate, up) into h then gk_matvec_staged(down, h):
+ * route r (rows.routes, activation row routes[r].token with
+ * act_by_token; x's 8-bit form) into output row r of out; expert -1
+ * skipped.  Plain SwiGLU, no gate/up bias (out may carry the down bias).
+ * Where gk_experts_fits: compute capability 9.0 (bulk copies), the type
+ * pairs and shapes of experts.cu, at most GK_EXPERTS_MAX_ROUTES routes,
+ * the matrices' expert e at data + e * mat_bytes, 16-byte aligned, and
+ * every block of the launch resident at once on the device. */
+enum { GK_EXPERTS_MAX_ROUTES = 32, GK_EXPERTS_SYNC_WORDS = 5 * GK_EXPERTS_MAX_ROUTES };
+typedef struct gk_experts_job {
+    gk_mat gate, up, down;
+    gk_act x;
+    gk_rows rows;
+    gk_out out;
+    float *h;           /* scratch: n_routes rows of gate.n_rows (the hidden rows) */
+    unsigned int *sync; /* GK_EXPERTS_SYNC_WORDS, zero before a session's first launch; launches leave them valid */
+} gk_experts_job;
+bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes);
+int gk_experts(gpuStream_t s, const gk_experts_job *e);
 /* Dense, n_mats (<= GK_MATVEC_MAX_MATS) matrices of one type and row
  * length over the same n_tok activation rows, in one launch (Q, K, V);
  * for one token the last matrix may have another type where

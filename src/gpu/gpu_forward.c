@@ -317,7 +317,14 @@ static gk_gating gating_of(const model_weights *w)
 }
 
 /* Decode: one matvec launch per matrix over every route (routes with
- * expert -1, the hybrid split's misses, are skipped by the kernels). */
+ * expert -1, the hybrid split's misses, are skipped by the kernels), or
+ * gate/up and down in one launch (gk_experts: 16 blocks a route, one an
+ * SM, each asking for its weights by bulk copies; tg128 on the H200 504
+ * -> 525 t/s, docs/PERFORMANCE.md, "CUDA decode, session 13") where it
+ * takes the layer's matrices: plain SwiGLU, the type pairs and shapes of
+ * experts.cu, the model's own expert stacks, not a hybrid session (its
+ * side streams' kernels would share the SMs that the launch's blocks,
+ * which wait for each other, need all at once). */
 hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
@@ -327,6 +334,14 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
         TRY_ST(act_quantize(g, &g->xn));
     const gk_act xa = act_view(&g->xn, 0);
     const gk_rows by_token = {.routes = routes, .n_routes = n_routes, .act_by_token = true};
+    if (g->hy == NULL && gpu_ffn_plain(g, l) && reads_8bit(gate) && gk_experts_fits(gate, up, down, n_routes)) {
+        const gk_experts_job e = {.gate = *gate, .up = *up, .down = *down, .x = xa, .rows = by_token,
+                                  .out = {.y = g->y, .y_stride = embd}, .h = g->h.f, .sync = g->experts_sync};
+        TRY(gk_experts(g->stream, &e), "experts gate/up + down");
+        TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
+        gpu_prof_mark(g, OP_EXP_DOWN);
+        return HYDRA_OK;
+    }
     if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
         const gk_out o = {.y = g->h.f, .y_stride = ff};
         TRY(gk_matvec(g->stream, gate, up, &xa, &by_token, &o), "experts gate/up");

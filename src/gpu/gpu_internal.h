@@ -154,6 +154,7 @@ struct gpu_session {
     gk_route *routes;
     int32_t *order, *slot_of, *tiles, *n_tiles;
     unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */
+    unsigned int *experts_sync; /* gk_experts' route counts (GK_EXPERTS_SYNC_WORDS), zeroed at creation */
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
 

@@ -8,6 +8,7 @@
 #include "gpu_mtp.h"
 #include "gpu_check_fused.h"
 #include "gpu_check_glu.h"
+#include "gpu_check_experts.h"
 #include "gpu_check_stack.h"
 #include "gpu_check_aor.h"
 
@@ -274,6 +275,13 @@ hydra_status gpu_check_glu_pair(const gpu_glu_pair_check *c, const void *gate, c
                                 float *h_glu, float *h_ref)
 {
     (void)c, (void)gate, (void)up, (void)x, (void)h_glu, (void)h_ref;
+    return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
+}
+
+hydra_status gpu_check_experts(const gpu_experts_check *c, const void *gate, const void *up, const void *down,
+                               const float *x, const gpu_experts_out *out)
+{
+    (void)c, (void)gate, (void)up, (void)down, (void)x, (void)out;
     return hydra_fail(HYDRA_ERR_UNSUPPORTED, "%s", why_off);
 }
 

@@ -155,6 +155,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->tiles, 4 * sizeof(int32_t) * (size_t)g->max_tiles);
     CARVE(&c, g->n_tiles, sizeof(int32_t));
     CARVE(&c, g->counter, sizeof(unsigned int));
+    CARVE(&c, g->experts_sync, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int));
     CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
     carve_act(&c, &g->h, 1, hidden);
@@ -166,6 +167,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     if (st != HYDRA_OK)
         return st;
     gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
+    if (e == gpuSuccess)
+        e = gpuMemsetAsync(g->experts_sync, 0, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int), g->stream);
     if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
         e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
