@@ -65,12 +65,9 @@ static __device__ __forceinline__ float aor_row(const gk_mat &w, int64_t r, cons
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int cu = u == 0 ? c : c2;
-            const int4 *q = (const int4 *)(aq + 32 * cu);
-            const int4 a0 = q[0], a1 = q[1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = ((const int4 *)ameta)[cu];
-            const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
-            acc += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
+            const gq_act x = gq_act_chunk(aq, (const int4 *)ameta, cu);
+            const float d = u == 0 || two ? __int_as_float(x.m.x) : 0.0f;
+            acc += d * gq_chunk_dot<T>(&ch[u], x.a, x.m.y, x.m.z);
         }
     }
     return warp_sum(acc);

@@ -170,16 +170,13 @@ static __device__ __forceinline__ void xt_pair_dots(const uint8_t *g, const uint
 #pragma unroll 1
         for (int k = 0; k < 2; k++) {
             const int ck = k == 0 ? c : c2;
-            const int4 *aq = (const int4 *)(xq + 32 * ck);
-            const int4 a0 = aq[0], a1 = aq[1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = ((const int4 *)xmeta)[ck];
-            const float d = k == 0 || two ? __int_as_float(m.x) : 0.0f;
+            const gq_act x = gq_act_chunk(xq, (const int4 *)xmeta, ck);
+            const float d = k == 0 || two ? __int_as_float(x.m.x) : 0.0f;
             gq_chunk ch;
             mv_decode<T, V16>(g, ck, &ch);
-            *acc += d * gq_chunk_dot<T>(&ch, a, m.y, m.z);
+            *acc += d * gq_chunk_dot<T>(&ch, x.a, x.m.y, x.m.z);
             mv_decode<T, V16>(u, ck, &ch);
-            *acc2 += d * gq_chunk_dot<T>(&ch, a, m.y, m.z);
+            *acc2 += d * gq_chunk_dot<T>(&ch, x.a, x.m.y, x.m.z);
         }
     }
 }
@@ -411,15 +408,23 @@ static bool xt_mats_take(const gk_mat *gate, const gk_mat *up, const gk_mat *dow
            gate->n_cols % 32 == 0;
 }
 
-extern "C" bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes)
+/* Blocks a route of the launch for these matrices and routes, 0 where it
+ * does not take them. */
+static unsigned xt_launch_blocks(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes)
 {
 #if defined(HYDRA_HIP)
     (void)gate, (void)up, (void)down, (void)n_routes;
-    return false;
+    return 0;
 #else
-    return gpu_pdl_supported() && n_routes >= 1 && n_routes <= GK_EXPERTS_MAX_ROUTES &&
-           xt_mats_take(gate, up, down) && xt_blocks_of(gate, up, down, n_routes) != 0;
+    if (!gpu_pdl_supported() || n_routes < 1 || n_routes > GK_EXPERTS_MAX_ROUTES || !xt_mats_take(gate, up, down))
+        return 0;
+    return xt_blocks_of(gate, up, down, n_routes);
 #endif
+}
+
+extern "C" bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes)
+{
+    return xt_launch_blocks(gate, up, down, n_routes) != 0;
 }
 
 extern "C" int gk_experts(gpuStream_t s, const gk_experts_job *e)
@@ -429,11 +434,10 @@ extern "C" int gk_experts(gpuStream_t s, const gk_experts_job *e)
     return (int)gpuErrorInvalidValue;
 #else
     const gk_rows *rows = &e->rows;
-    if (rows->routes == NULL || e->h == NULL || e->sync == NULL ||
-        !gk_experts_fits(&e->gate, &e->up, &e->down, rows->n_routes) || e->x.n != e->gate.n_cols ||
+    const unsigned n = xt_launch_blocks(&e->gate, &e->up, &e->down, rows->n_routes);
+    if (n == 0 || rows->routes == NULL || e->h == NULL || e->sync == NULL || e->x.n != e->gate.n_cols ||
         e->x.q == NULL || e->x.meta == NULL)
         return (int)gpuErrorInvalidValue;
-    const unsigned n = xt_blocks_of(&e->gate, &e->up, &e->down, rows->n_routes);
     const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync};
     const size_t smem = xt_layout_of(e->gate, e->up, e->down, n).total;
     const dim3 grid(n, (unsigned)rows->n_routes);

@@ -104,14 +104,11 @@ static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, int
 #pragma unroll
         for (int p = 0; p < 2; p++) {
             const int cp = p == 0 ? c : c2;
-            const int4 *aq = (const int4 *)(sm.act_q + 32 * cp);
-            const int4 a0 = aq[0], a1 = aq[1];
-            const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const int4 m = sm.act_meta[cp];
-            const float d = p == 0 || two ? __int_as_float(m.x) : 0.0f;
+            const gq_act x = gq_act_chunk(sm.act_q, sm.act_meta, cp);
+            const float d = p == 0 || two ? __int_as_float(x.m.x) : 0.0f;
 #pragma unroll
             for (int u = 0; u < R; u++)
-                acc[u] += d * gq_chunk_dot<T>(&ch[p][u], a, m.y, m.z);
+                acc[u] += d * gq_chunk_dot<T>(&ch[p][u], x.a, x.m.y, x.m.z);
         }
     }
 #pragma unroll

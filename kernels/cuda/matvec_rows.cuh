@@ -116,14 +116,11 @@ static __device__ __forceinline__ void mv_row_dots(const uint8_t *row, const uin
 #pragma unroll
             for (int u = 0; u < 2; u++) {
                 const int cu = u == 0 ? c : c2;
-                const int4 *aq = (const int4 *)(x.q + ar * x.n + 32 * cu);
-                const int4 a0 = aq[0], a1 = aq[1];
-                const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-                const int4 m = ((const int4 *)x.meta)[ar * (x.n / 32) + cu];
-                const float d = u == 0 || two ? __int_as_float(m.x) : 0.0f;
-                acc[t] += d * gq_chunk_dot<T>(&ch[u], a, m.y, m.z);
+                const gq_act xa = gq_act_chunk(x.q + ar * x.n, (const int4 *)x.meta + ar * (x.n / 32), cu);
+                const float d = u == 0 || two ? __int_as_float(xa.m.x) : 0.0f;
+                acc[t] += d * gq_chunk_dot<T>(&ch[u], xa.a, xa.m.y, xa.m.z);
                 if (GLU)
-                    acc2[t] += d * gq_chunk_dot<T>(&chg[u], a, m.y, m.z);
+                    acc2[t] += d * gq_chunk_dot<T>(&chg[u], xa.a, xa.m.y, xa.m.z);
             }
         }
     }
@@ -143,11 +140,8 @@ static inline __device__ const uint8_t *mvs_row(const uint8_t *w, const gk_mat &
 template <int T>
 static __device__ __forceinline__ void mvs_dot(const gq_chunk *ch, const int8_t *xq, const int4 *xm, int c, float *acc)
 {
-    const int4 *aq = (const int4 *)(xq + 32 * c);
-    const int4 a0 = aq[0], a1 = aq[1];
-    const int32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    const int4 m = xm[c];
-    *acc += __int_as_float(m.x) * gq_chunk_dot<T>(ch, a, m.y, m.z);
+    const gq_act x = gq_act_chunk(xq, xm, c);
+    *acc += __int_as_float(x.m.x) * gq_chunk_dot<T>(ch, x.a, x.m.y, x.m.z);
 }
 
 enum { MVS_SPREAD = 3 };

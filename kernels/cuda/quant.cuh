@@ -371,6 +371,22 @@ static inline __host__ __device__ float gq_chunk_dot(const gq_chunk *c, const in
     return c->s[0] * (float)(d0 + d1) + c->m[0] * (float)(sum0 + sum1);
 }
 
+/* Chunk c of an 8-bit activation row (kernels.h's gk_act: 32 bytes a
+ * chunk in q, an int4 a chunk in meta): its bytes as gq_chunk_dot's 8
+ * words, and its meta {d as bits, sum of values 0..15, of 16..31, -}. */
+typedef struct gq_act {
+    int32_t a[8];
+    int4 m;
+} gq_act;
+
+static inline __device__ gq_act gq_act_chunk(const int8_t *q, const int4 *meta, int c)
+{
+    const int4 *p = (const int4 *)(q + 32 * c);
+    const int4 a0 = p[0], a1 = p[1];
+    const gq_act x = {{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, meta[c]};
+    return x;
+}
+
 /* The lattice and ternary formats (IQ1..IQ3, TQ1_0, TQ2_0). */
 #include "quant_iq.cuh"
 

@@ -319,8 +319,8 @@ static gk_gating gating_of(const model_weights *w)
 /* Decode: one matvec launch per matrix over every route (routes with
  * expert -1, the hybrid split's misses, are skipped by the kernels), or
  * gate/up and down in one launch (gk_experts: 16 blocks a route, one an
- * SM, each asking for its weights by bulk copies; tg128 on the H200 504
- * -> 525 t/s, docs/PERFORMANCE.md, "CUDA decode, session 13") where it
+ * SM, each asking for its weights by bulk copies; tg128 on the H200
+ * 505.6 -> 520.8 t/s, docs/PERFORMANCE.md, "CUDA decode, session 13") where it
  * takes the layer's matrices: plain SwiGLU, the type pairs and shapes of
  * experts.cu, the model's own expert stacks, not a hybrid session (its
  * side streams' kernels would share the SMs that the launch's blocks,
