@@ -47,6 +47,7 @@ typedef GPU_RT(GraphExec_t) gpuGraphExec_t;
 #define gpuMalloc GPU_RT(Malloc)
 #define gpuFree GPU_RT(Free)
 #define gpuHostAlloc GPU_RT(HostAlloc)
+#define gpuHostGetDevicePointer GPU_RT(HostGetDevicePointer)
 #define gpuFreeHost GPU_RT(FreeHost)
 #define gpuMemGetInfo GPU_RT(MemGetInfo)
 #define gpuMemcpy GPU_RT(Memcpy)

@@ -81,10 +81,10 @@ static inline __device__ void mvh_activation(const gk_act &x, const gk_norm_out 
 }
 
 /* The warp's R rows of the tile at rows (row r0 + u at rows + u *
- * row_bytes): matvec.cu's mv_row_q for one token, row by row. */
+ * row_bytes): matvec.cu's mv_row_q for one token, row by row, their sums
+ * into res (the tile's results, this warp's R from res + warp * R). */
 template <int T, int R>
-static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, int64_t r0, const mvh_smem &sm,
-                                       const gk_out &out)
+static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, const mvh_smem &sm, float *res)
 {
     const int lane = threadIdx.x % GPU_WARP;
     const int n_chunks = (int)(w.n_cols / 32);
@@ -113,14 +113,26 @@ static inline __device__ void mvh_rows(const gk_mat &w, const uint8_t *rows, int
     }
 #pragma unroll
     for (int u = 0; u < R; u++) {
-        float v = warp_sum(acc[u]);
-        const int64_t r = r0 + u;
-        if (lane != 0 || r >= w.n_rows)
-            continue;
-        if (out.bias != NULL)
-            v += out.bias[r];
-        out.y[r] = out.accumulate ? out.y[r] + v : v;
+        const float v = warp_sum(acc[u]);
+        if (lane == 0)
+            res[(threadIdx.x / GPU_WARP) * R + u] = v;
     }
+}
+
+/* A tile's results (rows row0 ..) stored as one run by its first threads:
+ * out may be the session's pinned logits row, written across the bus
+ * during the launch (gpu_head_to_row), where a 4-byte store a row would
+ * be a bus transaction each. */
+static inline __device__ void mvh_store(const gk_mat &w, const gk_out &out, const float *res, int64_t row0,
+                                        int rows_per_tile)
+{
+    const int64_t r = row0 + threadIdx.x;
+    if ((int)threadIdx.x >= rows_per_tile || r >= w.n_rows)
+        return;
+    float v = res[threadIdx.x];
+    if (out.bias != NULL)
+        v += out.bias[r];
+    out.y[r] = out.accumulate ? out.y[r] + v : v;
 }
 
 /* Row r of w . x (x normed first with self_norm), for one token: out.y[r]
@@ -133,6 +145,7 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
 {
     extern __shared__ int4 mvh_buf[];
     __shared__ double red[MVH_WARPS];
+    __shared__ float res[2][MVH_WARPS * 2]; /* two tiles' results: one stored while the next is summed */
     const int rows_per_tile = MVH_WARPS * R;
     const int64_t n_tiles = (w.n_rows + rows_per_tile - 1) / rows_per_tile;
     mvh_smem sm;
@@ -148,18 +161,24 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
     /* the last stage is free until the loop's first fetch: the norm's
      * unread float output goes there (the launcher checks it fits) */
     mvh_activation(x, norm, self_norm, sm, (float *)(sm.stage + (MVH_STAGES - 1) * sm.tile_bytes), red);
+    static_assert(MVH_WARPS * 2 <= GPU_WARP, "a tile's results are stored by warp 0");
     const int warp = threadIdx.x / GPU_WARP;
-    for (int64_t i = 0, t = blockIdx.x; t < n_tiles; i++, t += gridDim.x) {
+    int64_t i = 0, t = blockIdx.x;
+    for (; t < n_tiles; i++, t += gridDim.x) {
         cp_async_wait_prior(); /* this thread's copies of tile t */
-        __syncthreads();       /* everyone's; and every warp is done with the stage refilled next */
+        __syncthreads();       /* everyone's; every warp is done with the stage refilled next; the last results in */
         mvh_fetch(w, t + (int64_t)(MVH_STAGES - 1) * gridDim.x, rows_per_tile,
                   sm.stage + ((i + MVH_STAGES - 1) % MVH_STAGES) * sm.tile_bytes);
         cp_async_commit();
-        const int64_t r0 = t * rows_per_tile + warp * R;
-        if (r0 < w.n_rows)
-            mvh_rows<T, R>(w, sm.stage + (i % MVH_STAGES) * sm.tile_bytes + (int64_t)warp * R * w.row_bytes, r0,
-                           sm, out);
+        if (i > 0)
+            mvh_store(w, out, res[(i - 1) % 2], (t - gridDim.x) * rows_per_tile, rows_per_tile);
+        if (t * rows_per_tile + warp * R < w.n_rows)
+            mvh_rows<T, R>(w, sm.stage + (i % MVH_STAGES) * sm.tile_bytes + (int64_t)warp * R * w.row_bytes, sm,
+                           res[i % 2]);
     }
+    __syncthreads();
+    if (i > 0)
+        mvh_store(w, out, res[(i - 1) % 2], (t - gridDim.x) * rows_per_tile, rows_per_tile);
 }
 
 extern "C" bool gk_matvec_head_fits(const gk_mat *w)

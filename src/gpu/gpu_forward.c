@@ -599,6 +599,15 @@ hydra_status gpu_enqueue_step(gpu_session *g, const step_shape *sh)
     return gpu_enqueue_head(g, sh);
 }
 
+/* The one-row head's stores cross the bus into the pinned row while it
+ * reads the vocabulary's rows, where a copy after it held each decode
+ * step up by its transfer (608 KB for Qwen3-30B-A3B's 151936 logits:
+ * ~17 us a token on the H200; docs/PERFORMANCE.md, session 14). */
+bool gpu_head_to_row(const gpu_session *g, int64_t n, bool all_rows)
+{
+    return g->logits_row_dev != NULL && (n == 1 || !all_rows) && gk_matvec_head_fits(&g->gw.global[W_OUTPUT]);
+}
+
 hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh)
 {
     const arch_hparams *hp = &g->w->hp;
@@ -615,7 +624,8 @@ hydra_status gpu_enqueue_head(gpu_session *g, const step_shape *sh)
     const gk_act xa = {.f = x, .n = hp->n_embd};
     const gk_norm_out no = {.gain = gw_vec(norm), .eps = hp->norm_eps, .y = g->xn.f, .q = g->xn.q,
                             .meta = g->xn.meta};
-    const gk_out out = {.y = g->logits, .y_stride = hp->n_vocab};
+    const gk_out out = {.y = gpu_head_to_row(g, n, sh->all_rows) ? g->logits_row_dev : g->logits,
+                        .y_stride = hp->n_vocab};
     TRY(gk_matvec_head(g->stream, w, &xa, &out, &no), "output norm + projection");
     act_bind(&g->xn, hp->n_embd, 1); /* xn is not written where the launch norms the row itself */
     gpu_prof_mark(g, OP_OUTPUT);

@@ -169,6 +169,10 @@ struct gpu_session {
      * (gpu_session_logits_row); a step whose destination it is copies there
      * from the device without staging.  NULL without the output head. */
     float *logits_row;
+    /* logits_row as the device addresses it, where the one-row output head
+     * writes it directly (gpu_head_to_row); NULL where it may not (a
+     * tensor split part, whose logits come back through its own copy). */
+    float *logits_row_dev;
 
     struct gpu_hybrid *hy;     /* hybrid decode (o.hybrid), else NULL: gpu_hybrid*.c (gpu_hybrid_internal.h) */
     struct gpu_multi *multi;   /* a split over devices: this session only drives its parts (gpu_multi.c) */
@@ -259,6 +263,10 @@ static inline float *gpu_logits_landing(const gpu_session *g, bool all_rows, flo
 {
     return all_rows || logits == g->logits_row ? logits : g->h_logits;
 }
+/* Whether a step of n tokens (all_rows: every row's logits) ends in the
+ * one-row output head writing the session's pinned logits_row directly
+ * (gpu_forward.c). */
+bool gpu_head_to_row(const gpu_session *g, int64_t n, bool all_rows);
 /* The pinned logits row of the part that runs the output head. */
 float *gpu_multi_logits_row(const gpu_session *g);
 

@@ -181,7 +181,15 @@ static hydra_status alloc_scratch(gpu_session *g)
         CARVE(&p, g->logits_row, sizeof(float) * hp->n_vocab);
     }
     g->pinned_bytes = p.total;
-    return carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging");
+    TRY_ST(carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging"));
+    /* page-locked memory is mapped for the device (unified addressing);
+     * where it is not, the head's logits come back by a copy */
+    if (runs_head(g) && !g->o.tensor_part &&
+        gpuHostGetDevicePointer((void **)&g->logits_row_dev, g->logits_row, 0) != gpuSuccess) {
+        (void)gpuGetLastError();
+        g->logits_row_dev = NULL;
+    }
+    return HYDRA_OK;
 }
 
 static hydra_status create_events(gpu_session *g)
@@ -307,9 +315,10 @@ hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *lo
     const uint32_t n_vocab = g->w->hp.n_vocab;
     const size_t rows = all_rows ? (size_t)n : 1;
     const bool head = runs_head(g);
-    float *landing = gpu_logits_landing(g, all_rows, logits);
+    const bool in_row = head && gpu_head_to_row(g, n, all_rows); /* the head wrote logits_row */
+    float *landing = in_row ? g->logits_row : gpu_logits_landing(g, all_rows, logits);
     gpuError_t e = gpuSuccess;
-    if (head)
+    if (head && !in_row)
         e = gpuMemcpyAsync(landing, g->logits, sizeof(float) * rows * n_vocab, gpuMemcpyDeviceToHost, g->stream);
     const gpuError_t e_sync = gpuStreamSynchronize(g->stream);
     if (e == gpuSuccess)
