@@ -64,14 +64,24 @@ static inline __device__ void cla_send(uint32_t at, double v, uint32_t bar)
 #endif
 }
 
-/* One thread of the receiving block: bar becomes an mbarrier whose phase 0
- * completes once `bytes` have landed (its one arrival made here). */
-static inline __device__ void cla_expect(uint64_t *bar, uint32_t bytes)
+/* One thread: bar becomes an mbarrier of one arrival a phase. */
+static inline __device__ void cla_init(uint64_t *bar)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
-                 "fence.mbarrier_init.release.cluster;\n\t"
-                 "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(cla_smem(bar)),
+                 "fence.mbarrier_init.release.cluster;" ::"r"(cla_smem(bar))
+                 : "memory");
+#else
+    (void)bar;
+#endif
+}
+
+/* One thread: bar's current phase completes once `bytes` have landed (its
+ * one arrival, made here). */
+static inline __device__ void cla_arm(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(cla_smem(bar)),
                  "r"(bytes)
                  : "memory");
 #else
@@ -79,20 +89,62 @@ static inline __device__ void cla_expect(uint64_t *bar, uint32_t bytes)
 #endif
 }
 
-/* Until bar's phase 0 has completed; the bytes sent are then visible to
- * the calling thread (acquire at cluster scope). */
-static inline __device__ void cla_wait(uint64_t *bar)
+/* One thread of the receiving block: bar becomes an mbarrier whose phase 0
+ * completes once `bytes` have landed. */
+static inline __device__ void cla_expect(uint64_t *bar, uint32_t bytes)
+{
+    cla_init(bar);
+    cla_arm(bar, bytes);
+}
+
+/* Until bar's phase of the given parity (its uses so far, mod 2) has
+ * completed; the bytes sent are then visible to the calling thread
+ * (acquire at cluster scope). */
+static inline __device__ void cla_wait_parity(uint64_t *bar, uint32_t parity)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t done = 0;
     while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
                      "selp.u32 %0, 1, 0, p; }"
                      : "=r"(done)
-                     : "r"(cla_smem(bar))
+                     : "r"(cla_smem(bar)), "r"(parity)
                      : "memory");
 #else
-    (void)bar;
+    (void)bar, (void)parity;
+#endif
+}
+
+/* One thread, after a block barrier: the block's earlier accesses of
+ * shared memory ordered before the bulk copies it issues next (the copies
+ * write through the async proxy). */
+static inline __device__ void cla_async_fence(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+/* Until bar's phase 0 has completed. */
+static inline __device__ void cla_wait(uint64_t *bar)
+{
+    cla_wait_parity(bar, 0);
+}
+
+/* One thread: bytes (a multiple of 16; both addresses 16-byte aligned)
+ * from global src into this block's shared dst by one bulk copy, counted
+ * on bar (cp.async.bulk, compute capability 9.0: one instruction a run,
+ * no registers held while the bytes are in flight).  Where the block read
+ * or wrote dst before, cla_async_fence first. */
+static inline __device__ void cla_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     cla_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(cla_smem(bar))
+                 : "memory");
+#else
+    (void)dst, (void)src, (void)bytes, (void)bar;
 #endif
 }
 

@@ -105,21 +105,6 @@ static __device__ inline int xt_piece_pairs(const xt_layout &L, int p)
     return left < XT_PIECE ? left : XT_PIECE;
 }
 
-/* --- bulk copies (PTX ISA 8.0, compute capability 9.0), counted on the mbarriers of cluster_async.cuh */
-
-/* bytes from global src into this block's shared dst, counted on bar. */
-static __device__ inline void xt_bulk(void *dst, const void *src, size_t bytes, uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     cla_smem(dst)),
-                 "l"(src), "r"((uint32_t)bytes), "r"(cla_smem(bar))
-                 : "memory");
-#else
-    (void)dst, (void)src, (void)bytes, (void)bar;
-#endif
-}
-
 /* The block's barriers in shared memory. */
 struct xt_bars {
     uint64_t x, down, gu[XT_PIECES];
@@ -140,18 +125,19 @@ static __device__ void xt_expect_all(const xt_job &j, const xt_layout &L, xt_bar
 static __device__ void xt_ask(const xt_job &j, const xt_layout &L, int e, int64_t act, uint8_t *sm, xt_bars &b)
 {
     const unsigned slice = blockIdx.x;
-    xt_bulk(sm + L.xq, j.x.q + act * j.x.n, (size_t)j.x.n, &b.x);
-    xt_bulk(sm + L.xm, j.x.meta + act * (j.x.n / 32) * 4, sizeof(int4) * (size_t)(j.x.n / 32), &b.x);
+    cla_bulk(sm + L.xq, j.x.q + act * j.x.n, (uint32_t)j.x.n, &b.x);
+    cla_bulk(sm + L.xm, j.x.meta + act * (j.x.n / 32) * 4, (uint32_t)(sizeof(int4) * (j.x.n / 32)), &b.x);
     const uint8_t *g = expert_matrix(j.gate, e) + (size_t)slice * L.pairs * j.gate.row_bytes;
     const uint8_t *u = expert_matrix(j.up, e) + (size_t)slice * L.pairs * j.up.row_bytes;
     for (int p = 0; p * XT_PIECE < L.pairs; p++) {
         const size_t first = (size_t)p * XT_PIECE, n = (size_t)xt_piece_pairs(L, p);
-        xt_bulk(sm + L.gate + first * j.gate.row_bytes, g + first * j.gate.row_bytes, n * j.gate.row_bytes,
-                &b.gu[p]);
-        xt_bulk(sm + L.up + first * j.up.row_bytes, u + first * j.up.row_bytes, n * j.up.row_bytes, &b.gu[p]);
+        cla_bulk(sm + L.gate + first * j.gate.row_bytes, g + first * j.gate.row_bytes,
+                 (uint32_t)(n * j.gate.row_bytes), &b.gu[p]);
+        cla_bulk(sm + L.up + first * j.up.row_bytes, u + first * j.up.row_bytes, (uint32_t)(n * j.up.row_bytes),
+                 &b.gu[p]);
     }
     const uint8_t *d = expert_matrix(j.down, e) + (size_t)slice * L.rows * j.down.row_bytes;
-    xt_bulk(sm + L.down, d, (size_t)L.rows * j.down.row_bytes, &b.down);
+    cla_bulk(sm + L.down, d, (uint32_t)((size_t)L.rows * j.down.row_bytes), &b.down);
 }
 
 /* --- the dots, one decoded chunk live at a time */

@@ -8,9 +8,11 @@
  *
  * Here a persistent grid (as many blocks as stay resident) walks tiles of
  * MVH_WARPS * R consecutive rows; each tile is copied into shared memory
- * with 16-byte asynchronous copies (cp.async) MVH_STAGES - 1 tiles ahead
- * of the one being decoded, so the memory always has a block's next tiles
- * in flight while the warps compute.  A warp decodes its R rows from
+ * MVH_STAGES - 1 tiles ahead of the one being decoded, so the memory
+ * always has a block's next tiles in flight while the warps compute: by
+ * one bulk copy a tile on compute capability 9.0 (cluster_async.cuh's
+ * cla_bulk, counted on a stage's mbarrier), by every thread's 16-byte
+ * asynchronous copies (cp.async) before it.  A warp decodes its R rows from
  * there with the chunk order of matvec.cu (lane l takes chunks l, l + 32,
  * ..., in pairs), so every row gets the same bits as gk_matvec; the
  * activation chunk a lane loads serves its R rows.
@@ -20,6 +22,7 @@
  * bits as gk_rmsnorm) into shared memory: the output norm and the head are
  * one launch.
  */
+#include "cluster_async.cuh"
 #include "common.cuh"
 #include "mma.cuh"
 #include "row_norm.cuh"
@@ -45,18 +48,47 @@ struct mvh_smem {
     int64_t tile_bytes;
 };
 
-/* Tile t (rows t * rows_per_tile ..) into dst with 16-byte copies; nothing
- * past the last tile. */
-static inline __device__ void mvh_fetch(const gk_mat &w, int64_t t, int rows_per_tile, uint8_t *dst)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(HYDRA_HIP)
+#define MVH_BULK 1
+#else
+#define MVH_BULK 0
+#endif
+
+/* Tile t (rows t * rows_per_tile ..) into dst, counted on bar (bulk) or as
+ * the calling threads' next copy group (empty past the last tile, so that
+ * mvh_landed's count holds).  After the first tiles, called behind a block
+ * barrier that ends every read of dst. */
+static inline __device__ void mvh_fetch(const gk_mat &w, int64_t t, int rows_per_tile, uint8_t *dst, uint64_t *bar)
 {
     const int64_t row0 = t * rows_per_tile;
-    if (row0 >= w.n_rows)
-        return;
     const int64_t rows = w.n_rows - row0 < rows_per_tile ? w.n_rows - row0 : rows_per_tile;
-    const int n16 = (int)(rows * (int64_t)w.row_bytes / 16);
-    const int4 *src = (const int4 *)(w.data + row0 * (int64_t)w.row_bytes);
+    const uint8_t *src = w.data + row0 * (int64_t)w.row_bytes;
+#if MVH_BULK
+    if (threadIdx.x == 0 && rows > 0) {
+        const uint32_t bytes = (uint32_t)(rows * (int64_t)w.row_bytes);
+        cla_async_fence();
+        cla_arm(bar, bytes);
+        cla_bulk(dst, src, bytes, bar);
+    }
+#else
+    (void)bar;
+    const int n16 = rows > 0 ? (int)(rows * (int64_t)w.row_bytes / 16) : 0;
     for (int i = threadIdx.x; i < n16; i += MVH_THREADS)
-        cp_async16(dst + 16 * (int64_t)i, src + i);
+        cp_async16(dst + 16 * (int64_t)i, (const int4 *)src + i);
+    cp_async_commit();
+#endif
+}
+
+/* Until tile i of the block (stage i % MVH_STAGES, its i / MVH_STAGES-th
+ * use) has landed for this thread. */
+static inline __device__ void mvh_landed(uint64_t *bars, int64_t i)
+{
+#if MVH_BULK
+    cla_wait_parity(&bars[i % MVH_STAGES], (uint32_t)(i / MVH_STAGES) & 1u);
+#else
+    (void)bars, (void)i;
+    cp_async_wait_prior(); /* the newest group may still fly */
+#endif
 }
 
 /* The activation row's 8-bit form into shared memory: with self_norm the
@@ -144,6 +176,7 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
                                                              bool self_norm)
 {
     extern __shared__ int4 mvh_buf[];
+    __shared__ __align__(8) uint64_t bars[MVH_STAGES];
     __shared__ double red[MVH_WARPS];
     __shared__ float res[2][MVH_WARPS * 2]; /* two tiles' results: one stored while the next is summed */
     const int rows_per_tile = MVH_WARPS * R;
@@ -153,10 +186,12 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
     sm.stage = (uint8_t *)mvh_buf;
     sm.act_q = (int8_t *)(sm.stage + MVH_STAGES * sm.tile_bytes);
     sm.act_meta = (int4 *)(sm.act_q + x.n);
-    for (int s = 0; s < MVH_STAGES - 1; s++) {
-        mvh_fetch(w, blockIdx.x + (int64_t)s * gridDim.x, rows_per_tile, sm.stage + s * sm.tile_bytes);
-        cp_async_commit();
-    }
+    if (MVH_BULK && threadIdx.x == 0)
+        for (int s = 0; s < MVH_STAGES; s++)
+            cla_init(&bars[s]);
+    for (int s = 0; s < MVH_STAGES - 1; s++)
+        mvh_fetch(w, blockIdx.x + (int64_t)s * gridDim.x, rows_per_tile, sm.stage + s * sm.tile_bytes, &bars[s]);
+    __syncthreads(); /* the mbarriers initialised before anyone waits */
     gpu_pdl_wait();
     /* the last stage is free until the loop's first fetch: the norm's
      * unread float output goes there (the launcher checks it fits) */
@@ -165,11 +200,11 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
     const int warp = threadIdx.x / GPU_WARP;
     int64_t i = 0, t = blockIdx.x;
     for (; t < n_tiles; i++, t += gridDim.x) {
-        cp_async_wait_prior(); /* this thread's copies of tile t */
-        __syncthreads();       /* everyone's; every warp is done with the stage refilled next; the last results in */
-        mvh_fetch(w, t + (int64_t)(MVH_STAGES - 1) * gridDim.x, rows_per_tile,
-                  sm.stage + ((i + MVH_STAGES - 1) % MVH_STAGES) * sm.tile_bytes);
-        cp_async_commit();
+        mvh_landed(bars, i); /* tile t, as this thread sees it */
+        __syncthreads();     /* everyone's; every warp is done with the stage refilled next; the last results in */
+        const int64_t next = (i + MVH_STAGES - 1) % MVH_STAGES;
+        mvh_fetch(w, t + (int64_t)(MVH_STAGES - 1) * gridDim.x, rows_per_tile, sm.stage + next * sm.tile_bytes,
+                  &bars[next]);
         if (i > 0)
             mvh_store(w, out, res[(i - 1) % 2], (t - gridDim.x) * rows_per_tile, rows_per_tile);
         if (t * rows_per_tile + warp * R < w.n_rows)
