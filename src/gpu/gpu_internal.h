@@ -146,7 +146,7 @@ struct gpu_session {
     void *scratch_base;
     size_t scratch_bytes;
     gk_step *d_step;
-    int32_t *d_tokens;
+    int32_t *d_tokens;         /* right after *d_step, as h_tokens after *h_step: one copy a step */
     float *x, *q, *k, *v, *router, *shexp_gate, *attn_scratch, *h_gate, *h_up, *y, *logits;
     size_t attn_scratch_floats;
     gpu_act xn, att, h;        /* matrix inputs: normed rows, attention output, FFN hidden */
@@ -166,8 +166,9 @@ struct gpu_session {
     int32_t *h_tokens;
     float *h_logits;           /* one row: staging for a caller's pageable buffer */
     /* One row the caller reads directly: the hydra_session's last logits
-     * (gpu_session_logits_row); a step whose destination it is copies there
-     * from the device without staging.  NULL without the output head. */
+     * (gpu_session_logits_row); the one-row head writes it (logits_row_dev),
+     * other steps whose destination it is copy there without staging.  NULL
+     * without the output head. */
     float *logits_row;
     /* logits_row as the device addresses it, where the one-row output head
      * writes it directly (gpu_head_to_row); NULL where it may not (a

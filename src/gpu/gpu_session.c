@@ -138,8 +138,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     const size_t budget = ATTN_SCRATCH_BUDGET / sizeof(float);
     g->attn_scratch_floats = GK_ATTN_COUNTERS + (one * (size_t)nb < budget ? one * (size_t)nb : one > budget ? one : budget);
     carve c = {0};
-    CARVE(&c, g->d_step, sizeof(gk_step));
-    CARVE(&c, g->d_tokens, sizeof(int32_t) * (size_t)nb);
+    CARVE(&c, g->d_step, sizeof(gk_step) + sizeof(int32_t) * (size_t)nb); /* then d_tokens: one copy a step */
     CARVE(&c, g->x, sizeof(float) * (size_t)(nb * embd));
     carve_act(&c, &g->xn, nb, embd);
     CARVE(&c, g->q, sizeof(float) * (size_t)nb * hp->n_head * hp->head_dim_k);
@@ -166,6 +165,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     hydra_status st = carve_alloc(&c, GPU_MEM_SCRATCH, &g->scratch_base, "scratch");
     if (st != HYDRA_OK)
         return st;
+    g->d_tokens = (int32_t *)(g->d_step + 1);
     gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
     if (e == gpuSuccess)
         e = gpuMemsetAsync(g->experts_sync, 0, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int), g->stream);
@@ -174,14 +174,14 @@ static hydra_status alloc_scratch(gpu_session *g)
     if (e != gpuSuccess)
         return gpu_fail(e, "zeroing the launch and attention counters");
     carve p = {0};
-    CARVE(&p, g->h_step, sizeof(gk_step));
-    CARVE(&p, g->h_tokens, sizeof(int32_t) * (size_t)nb);
+    CARVE(&p, g->h_step, sizeof(gk_step) + sizeof(int32_t) * (size_t)nb); /* then h_tokens, as d_step */
     if (runs_head(g)) {
         CARVE(&p, g->h_logits, sizeof(float) * hp->n_vocab);
         CARVE(&p, g->logits_row, sizeof(float) * hp->n_vocab);
     }
     g->pinned_bytes = p.total;
     TRY_ST(carve_alloc(&p, GPU_MEM_PINNED, &g->pinned_base, "pinned staging"));
+    g->h_tokens = (int32_t *)(g->h_step + 1);
     /* page-locked memory is mapped for the device (unified addressing);
      * where it is not, the head's logits come back by a copy */
     if (runs_head(g) && !g->o.tensor_part &&
@@ -291,9 +291,9 @@ hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens
 {
     *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n};
     memcpy(g->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
-    gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step), gpuMemcpyHostToDevice, g->stream);
-    if (e == gpuSuccess)
-        e = gpuMemcpyAsync(g->d_tokens, g->h_tokens, sizeof(int32_t) * (size_t)n, gpuMemcpyHostToDevice, g->stream);
+    /* the descriptor and the tokens lie side by side (alloc_scratch): one copy */
+    const gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step) + sizeof(int32_t) * (size_t)n,
+                                        gpuMemcpyHostToDevice, g->stream);
     if (e != gpuSuccess)
         return gpu_fail(e, "copying the step's tokens");
     const step_shape sh = {.n_tok = n, .max_kv = gpu_context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows,
