@@ -237,6 +237,58 @@ TEST(cuda_decode_graph_captured_once)
     CHECK_EQ_INT(st.replays, 39);
 }
 
+/* 64 greedy decode steps (one token each, graphs replayed) of a session
+ * on the device; logits n x n_vocab, the session's counters in *st. */
+static hydra_status decode_steps(const model_weights *w, bool route_words, int n, float *logits, gpu_stats *st)
+{
+    gpu_session *g = NULL;
+    const gpu_options o = {.n_ctx = 256, .n_batch = 64, .kv_type = QT_F16, .graphs = true,
+                           .no_route_words = !route_words};
+    hydra_status s = gpu_session_create(&g, w, &o);
+    int32_t tok = 1;
+    for (int i = 0; i < n && s == HYDRA_OK; i++) {
+        float *row = logits + (size_t)i * w->hp.n_vocab;
+        s = gpu_forward(g, i, &tok, 1, false, row);
+        tok = ref_argmax(row, (int)w->hp.n_vocab);
+    }
+    if (g != NULL)
+        gpu_session_stats(g, st);
+    gpu_session_free(g);
+    return s;
+}
+
+/* The experts' launch that takes its routes by the layer's route word
+ * (kernels.h's gk_route_word) and norms x itself gives the logits of the
+ * one that waits for the router launch's completion, bit for bit, and the
+ * word did carry the routes (every layer of this Qwen3-MoE file). */
+TEST(cuda_route_words_give_the_bits_of_the_completion_wait)
+{
+    REQUIRE_GPU();
+    REQUIRE_SHARED();
+    hydra_model *m = NULL;
+    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
+    model_weights w;
+    CHECK_OK(weights_bind(&w, m));
+    const size_t n_logits = (size_t)GRAPH_TOKENS * w.hp.n_vocab;
+    float *by_word = malloc(sizeof(float) * n_logits), *by_wait = malloc(sizeof(float) * n_logits);
+    CHECK(by_word && by_wait);
+    gpu_stats sw = {0}, sp = {0};
+    CHECK_OK(decode_steps(&w, true, GRAPH_TOKENS, by_word, &sw));
+    CHECK_OK(decode_steps(&w, false, GRAPH_TOKENS, by_wait, &sp));
+    const uint32_t n_layer = w.hp.n_layer, n_vocab = w.hp.n_vocab;
+    weights_free(&w);
+    hydra_model_close(m);
+    CHECK_EQ_INT(sp.route_words, 0);
+    if (sw.route_words != n_layer)
+        FAIL("%llu layers took their routes by word in the captured step, expected all %u",
+             (unsigned long long)sw.route_words, n_layer);
+    for (int i = 0; i < GRAPH_TOKENS; i++)
+        if (memcmp(by_word + (size_t)i * n_vocab, by_wait + (size_t)i * n_vocab, sizeof(float) * n_vocab) != 0)
+            FAIL("step %d: logits with route words differ from those with the completion wait", i);
+    free(by_word);
+    free(by_wait);
+}
+
 /* Every open/close cycle gives back what it took: hydra's accounting
  * returns to zero and the device's free memory to its level after a first
  * cycle (which also loads the kernels). */

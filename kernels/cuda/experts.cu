@@ -37,6 +37,7 @@
 #include "cluster_async.cuh"
 #include "common.cuh"
 #include "matvec_rows.cuh"
+#include "row_norm.cuh"
 
 #include <atomic>
 
@@ -63,6 +64,8 @@ struct xt_job {
     gk_out out;
     float *h;              /* the routes' hidden rows (n_routes x gate.n_rows) */
     unsigned int *sync;    /* GK_EXPERTS_SYNC_WORDS: a route's arrivals, a set for each blocks-a-route count */
+    gk_route_word ready;   /* word NULL: the routes and x's 8-bit row are final at the PDL wait */
+    const float *x_raw, *gain, *scale;
 };
 
 /* A block's shared memory, byte offsets in the dynamic window, for n
@@ -114,19 +117,23 @@ struct xt_bars {
  * depend on the shapes only). */
 static __device__ void xt_expect_all(const xt_job &j, const xt_layout &L, xt_bars &b)
 {
-    cla_expect(&b.x, (uint32_t)(j.x.n + sizeof(int4) * (size_t)(j.x.n / 32)));
+    if (j.ready.word == NULL)
+        cla_expect(&b.x, (uint32_t)(j.x.n + sizeof(int4) * (size_t)(j.x.n / 32)));
     for (int p = 0; p * XT_PIECE < L.pairs; p++)
         cla_expect(&b.gu[p], (uint32_t)((size_t)xt_piece_pairs(L, p) * (j.gate.row_bytes + j.up.row_bytes)));
     cla_expect(&b.down, (uint32_t)((size_t)L.rows * j.down.row_bytes));
 }
 
-/* Thread 0: the token's 8-bit row first, then expert e's gate/up rows of
- * this block piece by piece, then its down rows. */
+/* Thread 0: the token's 8-bit row first (unless the block norms it),
+ * then expert e's gate/up rows of this block piece by piece, then its down
+ * rows. */
 static __device__ void xt_ask(const xt_job &j, const xt_layout &L, int e, int64_t act, uint8_t *sm, xt_bars &b)
 {
     const unsigned slice = blockIdx.x;
-    cla_bulk(sm + L.xq, j.x.q + act * j.x.n, (uint32_t)j.x.n, &b.x);
-    cla_bulk(sm + L.xm, j.x.meta + act * (j.x.n / 32) * 4, (uint32_t)(sizeof(int4) * (j.x.n / 32)), &b.x);
+    if (j.ready.word == NULL) {
+        cla_bulk(sm + L.xq, j.x.q + act * j.x.n, (uint32_t)j.x.n, &b.x);
+        cla_bulk(sm + L.xm, j.x.meta + act * (j.x.n / 32) * 4, (uint32_t)(sizeof(int4) * (j.x.n / 32)), &b.x);
+    }
     const uint8_t *g = expert_matrix(j.gate, e) + (size_t)slice * L.pairs * j.gate.row_bytes;
     const uint8_t *u = expert_matrix(j.up, e) + (size_t)slice * L.pairs * j.up.row_bytes;
     for (int p = 0; p * XT_PIECE < L.pairs; p++) {
@@ -217,7 +224,8 @@ static __device__ void xt_gate_up(const xt_job &j, const xt_layout &L, const uin
     const int8_t *xq = (const int8_t *)(sm + L.xq);
     const int32_t *xmeta = (const int32_t *)(sm + L.xm);
     const bool v16 = mv_rows_v16(sm + L.gate, j.gate.row_bytes) && mv_rows_v16(sm + L.up, j.up.row_bytes);
-    cla_wait(&b.x);
+    if (j.ready.word == NULL) /* else xt_norm_row staged it */
+        cla_wait(&b.x);
     for (int i = warp; i < L.pairs; i += XT_WARPS) {
         cla_wait(&b.gu[i / XT_PIECE]);
         const uint8_t *g = sm + L.gate + (size_t)i * j.gate.row_bytes, *u = sm + L.up + (size_t)i * j.up.row_bytes;
@@ -291,8 +299,50 @@ static __device__ __forceinline__ void xt_down(const xt_job &j, const xt_layout 
     }
 }
 
+/* --- routes handed over by a word (gk_route_word) */
+
+/* Thread 0 polls the layer's route word for this step's seq (the router
+ * launch is running: this launch's blocks start at its trigger, so the
+ * word comes); the fence and the barrier make what the word publishes
+ * visible to the block.  Values written in this launch's lifetime are
+ * read through L2 (__ldcg): an SM's L1 may hold older lines. */
+static __device__ gk_route xt_await_route(const xt_job &j)
+{
+    if (threadIdx.x == 0) {
+        const unsigned seq = j.ready.step->seq;
+        while (*(volatile unsigned int *)j.ready.word != seq)
+            ;
+        __threadfence();
+    }
+    __syncthreads();
+    const gk_route *r = j.rows.routes + blockIdx.y;
+    gk_route rt;
+    rt.token = __ldcg(&r->token);
+    rt.expert = __ldcg(&r->expert);
+    rt.weight = __ldcg(&r->weight);
+    return rt;
+}
+
+/* The token's normed row in 8-bit form into shared memory, chunk c by
+ * warp c % XT_WARPS: the attention output launch's aor_chunk_normed
+ * expression and quantisation, so the same bits as the row it writes
+ * without a hand-off. */
+static __device__ void xt_norm_row(const xt_job &j, const xt_layout &L, uint8_t *sm)
+{
+    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    const float scale = __ldcg(j.scale);
+    for (int c = warp; c < (int)(j.x.n / 32); c += XT_WARPS) {
+        const int64_t i = (int64_t)c * 32 + lane;
+        const float y = __ldcg(j.x_raw + i) * scale * (j.gain != NULL ? j.gain[i] : 1.0f);
+        q8_warp_store(y, (int8_t *)(sm + L.xq) + (int64_t)c * 32, (int32_t *)(sm + L.xm) + 4 * c);
+    }
+    __syncthreads();
+}
+
 /* Grid (blocks a route, routes); one block an SM (64 registers x 1024
- * threads). */
+ * threads).  With a route word the blocks start on the word, not on the
+ * PDL wait, and wait for the router launch's completion only before they
+ * signal their own successor (which then finds both complete). */
 template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_experts(const xt_job j)
 {
     __shared__ __align__(8) xt_bars bars;
@@ -301,12 +351,16 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
     if (threadIdx.x == 0)
         xt_expect_all(j, L, bars);
     __syncthreads();
-    gpu_pdl_wait();
-    const gk_route rt = j.rows.routes[blockIdx.y];
+    const bool handed = j.ready.word != NULL;
+    if (!handed)
+        gpu_pdl_wait();
+    const gk_route rt = handed ? xt_await_route(j) : j.rows.routes[blockIdx.y];
     if (rt.expert < 0) /* a hybrid miss: every block of the route leaves, none counts */
         return;
     if (threadIdx.x == 0)
         xt_ask(j, L, rt.expert, j.rows.act_by_token ? rt.token : (int64_t)blockIdx.y, xt_smem, bars);
+    if (handed)
+        xt_norm_row(j, L, xt_smem);
     xt_gate_up<TG>(j, L, xt_smem, bars);
     xt_gather_hidden(j, L, xt_smem);
     cla_wait(&bars.down);
@@ -314,6 +368,8 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
         xt_down<TD, TD == GQ_Q4_K>(j, L, xt_smem);
     else
         xt_down<TD, false>(j, L, xt_smem);
+    if (handed)
+        gpu_pdl_wait();
     gpu_pdl_trigger();
 }
 
@@ -421,10 +477,12 @@ extern "C" int gk_experts(gpuStream_t s, const gk_experts_job *e)
 #else
     const gk_rows *rows = &e->rows;
     const unsigned n = xt_launch_blocks(&e->gate, &e->up, &e->down, rows->n_routes);
-    if (n == 0 || rows->routes == NULL || e->h == NULL || e->sync == NULL || e->x.n != e->gate.n_cols ||
-        e->x.q == NULL || e->x.meta == NULL)
+    const bool x_in = e->ready.word != NULL ? e->ready.step != NULL && e->x_raw != NULL && e->scale != NULL
+                                            : e->x.q != NULL && e->x.meta != NULL;
+    if (n == 0 || rows->routes == NULL || e->h == NULL || e->sync == NULL || e->x.n != e->gate.n_cols || !x_in)
         return (int)gpuErrorInvalidValue;
-    const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync};
+    const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync, e->ready, e->x_raw, e->gain,
+                      e->scale};
     const size_t smem = xt_layout_of(e->gate, e->up, e->down, n).total;
     const dim3 grid(n, (unsigned)rows->n_routes);
 #define XT_LAUNCH_(A, B)                                                                                         \

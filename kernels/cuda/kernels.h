@@ -36,7 +36,23 @@ extern "C" {
 typedef struct gk_step {
     int32_t pos0;   /* position of the step's first token */
     int32_t n_tok;
+    uint32_t seq;   /* the step's number in its session (gk_route_word's tag) */
 } gk_step;
+
+/* Routes handed from the launch that picks them to the experts' launch
+ * by a word instead of by that launch's completion: the picking launch
+ * stores the step's seq into *word once the routes (and the FFN norm's
+ * scale) are visible, the experts' blocks, resident while it runs, poll
+ * for it.  Why: the experts' blocks could ask for their weights only once
+ * the router launch had completed and its writes were flushed (the PDL
+ * wait), ~1 us after the routes existed (docs/PERFORMANCE.md, "CUDA
+ * decode, session 15").  A word a layer, zero before the session's first
+ * step: it holds an earlier step's seq until the routes of this one are
+ * out.  word NULL: no hand-off. */
+typedef struct gk_route_word {
+    unsigned int *word;
+    const gk_step *step;
+} gk_route_word;
 
 /* One (token, expert, weight) assignment, laid out as moe_route (src/moe.h). */
 typedef struct gk_route {
@@ -122,6 +138,12 @@ typedef struct gk_experts_job {
     gk_out out;
     float *h;           /* scratch: n_routes rows of gate.n_rows (the hidden rows) */
     unsigned int *sync; /* GK_EXPERTS_SYNC_WORDS, zero before a session's first launch; launches leave them valid */
+    /* With ready.word: the routes come by that word (one token), and the
+     * token's row is normed by each block from x_raw (x.f's n values),
+     * gain (NULL: none) and *scale, the RMSNorm's scale, all written by
+     * the launch that sets the word; x.q and x.meta are not read. */
+    gk_route_word ready;
+    const float *x_raw, *gain, *scale;
 } gk_experts_job;
 bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes);
 int gk_experts(gpuStream_t s, const gk_experts_job *e);

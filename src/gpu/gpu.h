@@ -70,6 +70,10 @@ typedef struct gpu_options {
     int64_t n_ctx, n_batch;
     uint32_t kv_type; /* QT_F16 or QT_F32 */
     bool graphs;      /* capture steps as CUDA graphs and replay them */
+    /* The experts' launch waits for the router launch's completion instead
+     * of taking the routes by their word (kernels.h's gk_route_word): only
+     * to compare the two (tests). */
+    bool no_route_words;
     bool profile;     /* time every op with events (graphs off) */
     /* Hybrid decode (issue 10, docs/HYBRID.md): the routed experts live in
      * a VRAM slab of whole experts, the CPU computes the others. */
@@ -133,6 +137,7 @@ float *gpu_session_logits_row(gpu_session *g);
 typedef struct gpu_stats {
     uint64_t steps, captures, replays;
     int graphs_cached;
+    uint64_t route_words; /* layers enqueued whose routes went by their word (gk_route_word) */
 } gpu_stats;
 void gpu_session_stats(const gpu_session *g, gpu_stats *out);
 

@@ -325,6 +325,8 @@ static gk_gating gating_of(const model_weights *w)
  * experts.cu, the model's own expert stacks, not a hybrid session (its
  * side streams' kernels would share the SMs that the launch's blocks,
  * which wait for each other, need all at once). */
+static bool routes_by_word(const gpu_session *g, int l, int n);
+
 hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
@@ -335,8 +337,14 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
     const gk_act xa = act_view(&g->xn, 0);
     const gk_rows by_token = {.routes = routes, .n_routes = n_routes, .act_by_token = true};
     if (g->hy == NULL && gpu_ffn_plain(g, l) && reads_8bit(gate) && gk_experts_fits(gate, up, down, n_routes)) {
-        const gk_experts_job e = {.gate = *gate, .up = *up, .down = *down, .x = xa, .rows = by_token,
-                                  .out = {.y = g->y, .y_stride = embd}, .h = g->h.f, .sync = g->experts_sync};
+        gk_experts_job e = {.gate = *gate, .up = *up, .down = *down, .x = xa, .rows = by_token,
+                            .out = {.y = g->y, .y_stride = embd}, .h = g->h.f, .sync = g->experts_sync};
+        if (routes == g->routes && n_routes == (int)g->w->hp.n_expert_used && routes_by_word(g, l, 1)) {
+            e.ready = (gk_route_word){.word = g->route_words + l, .step = g->d_step};
+            e.x_raw = g->x;
+            e.gain = gw_vec(gw_at(gw, l, W_FFN_NORM));
+            e.scale = g->ffn_scale;
+        }
         TRY(gk_experts(g->stream, &e), "experts gate/up + down");
         TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
         gpu_prof_mark(g, OP_EXP_DOWN);
@@ -497,6 +505,20 @@ static bool routes_in_attn_out(const gpu_session *g, int l, int n)
            gk_attn_out_router_fits(gw_at(gw, l, W_ATTN_OUT), gw_at(gw, l, W_MOE_ROUTER), &gating);
 }
 
+/* Whether layer l's routes go from the attention output's launch to the
+ * experts' one launch by the layer's route word (gk_route_word, kernels.h):
+ * the experts' launch then norms x itself, so nothing else may read the
+ * normed row: no shared expert.  Decided from the layer alone, so the two
+ * launches agree. */
+static bool routes_by_word(const gpu_session *g, int l, int n)
+{
+    const gpu_weights *gw = &g->gw;
+    const gk_mat *gate = gw_at(gw, l, W_MOE_GATE), *up = gw_at(gw, l, W_MOE_UP), *down = gw_at(gw, l, W_MOE_DOWN);
+    return !g->o.no_route_words && g->hy == NULL && routes_in_attn_out(g, l, n) &&
+           gw_at(gw, l, W_SHEXP_GATE)->data == NULL && gpu_ffn_plain(g, l) && reads_8bit(gate) &&
+           gk_experts_fits(gate, up, down, (int)g->w->hp.n_expert_used);
+}
+
 /* x += the attention output projection, then the router of the new x,
  * its norm into xn and the routes, in one launch (routes_in_attn_out). */
 static hydra_status attn_out_route(gpu_session *g, int l)
@@ -509,9 +531,12 @@ static hydra_status attn_out_route(gpu_session *g, int l)
                       .tail = {.counter = g->counter, .gating = gating_of(g->w), .routes = g->routes},
                       .norm = {.gain = gw_vec(gw_at(gw, l, W_FFN_NORM)), .eps = hp->norm_eps, .y = g->xn.f,
                                .q = g->xn.q, .meta = g->xn.meta},
-                      .partial = g->y};
+                      .partial = g->y,
+                      .ready = {.word = routes_by_word(g, l, 1) ? g->route_words + l : NULL, .step = g->d_step},
+                      .scale = g->ffn_scale};
     const gk_act att = act_view(&g->att, 0);
     TRY(gk_attn_out_router(g->stream, &a, &att), "attention output + router");
+    g->stats.route_words += a.ready.word != NULL;
     gpu_prof_mark(g, OP_ATTN_OUT);
     return HYDRA_OK;
 }

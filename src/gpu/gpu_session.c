@@ -155,6 +155,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->n_tiles, sizeof(int32_t));
     CARVE(&c, g->counter, sizeof(unsigned int));
     CARVE(&c, g->experts_sync, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int));
+    CARVE(&c, g->route_words, sizeof(unsigned int) * (size_t)hp->n_layer);
+    CARVE(&c, g->ffn_scale, sizeof(float));
     CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
     carve_act(&c, &g->h, 1, hidden);
@@ -169,6 +171,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     gpuError_t e = gpuMemsetAsync(g->counter, 0, sizeof(unsigned int), g->stream); /* before any step */
     if (e == gpuSuccess)
         e = gpuMemsetAsync(g->experts_sync, 0, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int), g->stream);
+    if (e == gpuSuccess)
+        e = gpuMemsetAsync(g->route_words, 0, sizeof(unsigned int) * (size_t)hp->n_layer, g->stream);
     if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
         e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
@@ -289,7 +293,7 @@ static void profile_collect(gpu_session *g)
 hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
                              uint64_t generation)
 {
-    *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n};
+    *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n, .seq = ++g->step_seq};
     memcpy(g->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     /* the descriptor and the tokens lie side by side (alloc_scratch): one copy */
     const gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step) + sizeof(int32_t) * (size_t)n,

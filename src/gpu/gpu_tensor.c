@@ -397,7 +397,7 @@ static hydra_status run_graphs(gpu_tensor *t, gpu_session *const *part, const st
 
 static hydra_status copy_step(gpu_session *p, int64_t pos0, const int32_t *tokens, int64_t n)
 {
-    *p->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n};
+    *p->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n, .seq = ++p->step_seq};
     memcpy(p->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     TRY(gpuMemcpyAsync(p->d_step, p->h_step, sizeof(gk_step), gpuMemcpyHostToDevice, p->stream), "step values");
     TRY(gpuMemcpyAsync(p->d_tokens, p->h_tokens, sizeof(int32_t) * (size_t)n, gpuMemcpyHostToDevice, p->stream),
