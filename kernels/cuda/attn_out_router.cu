@@ -237,18 +237,23 @@ static __device__ void aor_block_probs(const gk_gating &g, float *l, aor_tail_sm
         l[j] *= inv;
 }
 
-/* The tail's routes, logits and the norm's scale handed to the experts'
- * launch by the route word: every thread's stores fenced before the word
- * (gk_last_block's pattern), and with them, by the count's fences, every
- * first block's values of x that the experts' blocks norm. */
-static __device__ void aor_hand_over(const gk_aor &a, float scale)
+/* The tail's routes handed to the experts' launch by their words, with
+ * the norm's scale: every thread's stores (routes, logits) fenced before
+ * the barrier, then each word by its thread after a fence of its own (the
+ * release of what the barrier ordered before it), and with them, by the
+ * count's fences, every first block's values of x that the experts'
+ * blocks norm. */
+static __device__ void aor_hand_over(const gk_aor &a, const aor_tail_smem &sm, float scale)
 {
     if (threadIdx.x == 0)
         *a.scale = scale;
-    __threadfence();
+    gpu_fence_acq_rel();
     __syncthreads();
-    if (threadIdx.x == 0)
-        *(volatile unsigned int *)a.ready.word = a.ready.step->seq;
+    if ((int)threadIdx.x < a.tail.gating.n_used) {
+        const unsigned long long w = (unsigned long long)a.ready.step->seq << 32 | (unsigned)sm.picked_e[threadIdx.x];
+        gpu_fence_acq_rel();
+        *(volatile unsigned long long *)(a.ready.words + threadIdx.x) = w;
+    }
 }
 
 /* The last cluster's first block: the scale (warp 0, its loads in flight
@@ -301,8 +306,8 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     aor_rank(sm, n_expert, g.n_used);
     __syncthreads();
     topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
-    if (a.ready.word != NULL)
-        aor_hand_over(a, scale);
+    if (a.ready.words != NULL)
+        aor_hand_over(a, sm, scale);
     else if (warp == 1) /* free: the routes are warp 0's (n_used <= GPU_WARP) */
         aor_chunk_normed(a.norm, cluster, xv, scale);
 }
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
     }
     if (gk_last_block(a.tail.counter, n_clusters))
         aor_tail(a, sc, n_clusters, cluster, xv);
-    else if (warp == 0 && a.ready.word == NULL) /* handed over: no normed row to write */
+    else if (warp == 0 && a.ready.words == NULL) /* handed over: no normed row to write */
         aor_await_count(a, sc, n_clusters, cluster, xv);
 }
 
@@ -453,7 +458,7 @@ extern "C" bool gk_attn_out_router_fits(const gk_mat *wo, const gk_mat *router, 
 
 extern "C" int gk_attn_out_router(gpuStream_t s, const gk_aor *a, const gk_act *att)
 {
-    const bool normed = a->ready.word != NULL ? a->ready.step != NULL && a->scale != NULL
+    const bool normed = a->ready.words != NULL ? a->ready.step != NULL && a->scale != NULL
                                               : a->norm.q != NULL && a->norm.meta != NULL;
     if (!gk_attn_out_router_fits(&a->wo, &a->router, &a->tail.gating) || a->tail.counter == NULL || !normed ||
         att->n != a->wo.n_cols)

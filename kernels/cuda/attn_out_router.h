@@ -44,8 +44,8 @@ typedef struct gk_aor {
     gk_tail tail;          /* counter (zero between launches), gating, routes */
     gk_norm_out norm;      /* the FFN norm: gain, eps; y, q, meta out (q, meta not NULL) */
     float *partial;        /* scratch, 8-byte aligned: gk_attn_out_router_scratch floats */
-    /* With ready.word: the routes are handed to the experts' launch by
-     * that word (kernels.h), with the norm's scale stored at *scale; the
+    /* With ready.words: the routes are handed to the experts' launch by
+     * those words (kernels.h), with the norm's scale stored at *scale; the
      * normed row (norm's y, q, meta) is then not written: the experts'
      * blocks norm x themselves. */
     gk_route_word ready;

@@ -62,6 +62,33 @@ static inline __device__ void gpu_pdl_wait(void)
 #endif
 }
 
+/* A load that later loads of the thread (and, after a barrier, of its
+ * block) cannot overtake, and a store that no earlier access of the
+ * thread can pass once fenced: the release/acquire pair of a word that
+ * hands data from one running launch to another (kernels.h's
+ * gk_route_word).  fence.acq_rel rather than __threadfence(), which is
+ * fence.sc: no total order is needed, only this pair's. */
+static inline __device__ unsigned long long gpu_ld_acquire_u64(const unsigned long long *p)
+{
+    unsigned long long v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile unsigned long long *)p;
+    __threadfence();
+#endif
+    return v;
+}
+
+static inline __device__ void gpu_fence_acq_rel(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+    __threadfence();
+#endif
+}
+
 /* Lets the next kernel of the stream be scheduled once every block of this
  * one has called it (or exited): its blocks take the SMs this launch no
  * longer fills and stop at their gpu_pdl_wait(), which still waits for

@@ -64,7 +64,7 @@ struct xt_job {
     gk_out out;
     float *h;              /* the routes' hidden rows (n_routes x gate.n_rows) */
     unsigned int *sync;    /* GK_EXPERTS_SYNC_WORDS: a route's arrivals, a set for each blocks-a-route count */
-    gk_route_word ready;   /* word NULL: the routes and x's 8-bit row are final at the PDL wait */
+    gk_route_word ready;   /* words NULL: the routes and x's 8-bit row are final at the PDL wait */
     const float *x_raw, *gain, *scale;
 };
 
@@ -117,7 +117,7 @@ struct xt_bars {
  * depend on the shapes only). */
 static __device__ void xt_expect_all(const xt_job &j, const xt_layout &L, xt_bars &b)
 {
-    if (j.ready.word == NULL)
+    if (j.ready.words == NULL)
         cla_expect(&b.x, (uint32_t)(j.x.n + sizeof(int4) * (size_t)(j.x.n / 32)));
     for (int p = 0; p * XT_PIECE < L.pairs; p++)
         cla_expect(&b.gu[p], (uint32_t)((size_t)xt_piece_pairs(L, p) * (j.gate.row_bytes + j.up.row_bytes)));
@@ -130,7 +130,7 @@ static __device__ void xt_expect_all(const xt_job &j, const xt_layout &L, xt_bar
 static __device__ void xt_ask(const xt_job &j, const xt_layout &L, int e, int64_t act, uint8_t *sm, xt_bars &b)
 {
     const unsigned slice = blockIdx.x;
-    if (j.ready.word == NULL) {
+    if (j.ready.words == NULL) {
         cla_bulk(sm + L.xq, j.x.q + act * j.x.n, (uint32_t)j.x.n, &b.x);
         cla_bulk(sm + L.xm, j.x.meta + act * (j.x.n / 32) * 4, (uint32_t)(sizeof(int4) * (j.x.n / 32)), &b.x);
     }
@@ -224,7 +224,7 @@ static __device__ void xt_gate_up(const xt_job &j, const xt_layout &L, const uin
     const int8_t *xq = (const int8_t *)(sm + L.xq);
     const int32_t *xmeta = (const int32_t *)(sm + L.xm);
     const bool v16 = mv_rows_v16(sm + L.gate, j.gate.row_bytes) && mv_rows_v16(sm + L.up, j.up.row_bytes);
-    if (j.ready.word == NULL) /* else xt_norm_row staged it */
+    if (j.ready.words == NULL) /* else xt_norm_row staged it */
         cla_wait(&b.x);
     for (int i = warp; i < L.pairs; i += XT_WARPS) {
         cla_wait(&b.gu[i / XT_PIECE]);
@@ -299,48 +299,108 @@ static __device__ __forceinline__ void xt_down(const xt_job &j, const xt_layout 
     }
 }
 
-/* --- routes handed over by a word (gk_route_word) */
+/* --- routes handed over by their words (gk_route_word) */
 
-/* Thread 0 polls the layer's route word for this step's seq (the router
- * launch is running: this launch's blocks start at its trigger, so the
- * word comes); the fence and the barrier make what the word publishes
- * visible to the block.  Values written in this launch's lifetime are
- * read through L2 (__ldcg): an SM's L1 may hold older lines. */
-static __device__ gk_route xt_await_route(const xt_job &j)
+/* A thread's values of the token's row for the block's own 8-bit form.
+ * Warp 0 asks for the block's weights (its thread 0 issues every bulk
+ * copy), so the other warps norm the row: chunk c is warp 1 + c %
+ * XT_NORM_WARPS's (the row has at most GK_ROUTER_NORM_MAX values, as the
+ * attention output launch that hands it over), and they meet at a named
+ * barrier without warp 0, which waits for them only before its own dots
+ * (a block barrier held every warp's dots until the copies were issued:
+ * tg128 478 -> 487 t/s on the H200). */
+enum {
+    XT_NORM_WARPS = XT_WARPS - 1,
+    XT_NORM_CHUNKS = (GK_ROUTER_NORM_MAX / 32 + XT_NORM_WARPS - 1) / XT_NORM_WARPS,
+    XT_BAR_NORMERS = 1, /* the norming warps meet */
+    XT_BAR_NORMED = 2,  /* ... and let warp 0 on */
+};
+struct xt_xrow {
+    float x[XT_NORM_CHUNKS], gain[XT_NORM_CHUNKS], scale;
+};
+
+static __device__ inline int64_t xt_xrow_at(int k)
 {
-    if (threadIdx.x == 0) {
-        const unsigned seq = j.ready.step->seq;
-        while (*(volatile unsigned int *)j.ready.word != seq)
-            ;
-        __threadfence();
-    }
-    __syncthreads();
-    const gk_route *r = j.rows.routes + blockIdx.y;
-    gk_route rt;
-    rt.token = __ldcg(&r->token);
-    rt.expert = __ldcg(&r->expert);
-    rt.weight = __ldcg(&r->weight);
-    return rt;
+    return (int64_t)(threadIdx.x / GPU_WARP - 1 + k * XT_NORM_WARPS) * 32 + threadIdx.x % GPU_WARP;
 }
 
-/* The token's normed row in 8-bit form into shared memory, chunk c by
- * warp c % XT_WARPS: the attention output launch's aor_chunk_normed
- * expression and quantisation, so the same bits as the row it writes
- * without a hand-off. */
-static __device__ void xt_norm_row(const xt_job &j, const xt_layout &L, uint8_t *sm)
+static __device__ inline void xt_named_sync(int id, int threads)
 {
-    const int warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
-    const float scale = __ldcg(j.scale);
-    for (int c = warp; c < (int)(j.x.n / 32); c += XT_WARPS) {
-        const int64_t i = (int64_t)c * 32 + lane;
-        const float y = __ldcg(j.x_raw + i) * scale * (j.gain != NULL ? j.gain[i] : 1.0f);
-        q8_warp_store(y, (int8_t *)(sm + L.xq) + (int64_t)c * 32, (int32_t *)(sm + L.xm) + 4 * c);
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+static __device__ inline void xt_named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* The gains (weights: asked for before the routes exist) */
+static __device__ void xt_xrow_gains(const xt_job &j, xt_xrow &r)
+{
+    if (threadIdx.x < GPU_WARP)
+        return;
+#pragma unroll
+    for (int k = 0; k < XT_NORM_CHUNKS; k++)
+        r.gain[k] = j.gain != NULL && xt_xrow_at(k) < j.x.n ? j.gain[xt_xrow_at(k)] : 1.0f;
+}
+
+/* ... and x and the scale, asked for as soon as the route is known and
+ * before the weights' bulk copies are issued: behind those 21 MB an L2
+ * round trip takes microseconds (tg128 461 -> 478 t/s).  Written in this
+ * launch's lifetime, so through L2 (__ldcg): an SM's L1 may hold older
+ * lines. */
+static __device__ void xt_xrow_load(const xt_job &j, xt_xrow &r)
+{
+    if (threadIdx.x < GPU_WARP)
+        return;
+    r.scale = __ldcg(j.scale);
+#pragma unroll
+    for (int k = 0; k < XT_NORM_CHUNKS; k++)
+        r.x[k] = xt_xrow_at(k) < j.x.n ? __ldcg(j.x_raw + xt_xrow_at(k)) : 0.0f;
+}
+
+/* The token's normed row in 8-bit form into shared memory: the attention
+ * output launch's aor_chunk_normed expression and quantisation, so the
+ * same bits as the row it writes without a hand-off. */
+static __device__ void xt_norm_row(const xt_job &j, const xt_layout &L, const xt_xrow &r, uint8_t *sm)
+{
+    if (threadIdx.x < GPU_WARP) {
+        xt_named_sync(XT_BAR_NORMED, XT_THREADS);
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < XT_NORM_CHUNKS; k++) {
+        const int64_t c = xt_xrow_at(k) / 32;
+        if (c * 32 >= j.x.n)
+            break;
+        const float y = r.x[k] * r.scale * r.gain[k];
+        q8_warp_store(y, (int8_t *)(sm + L.xq) + c * 32, (int32_t *)(sm + L.xm) + 4 * c);
+    }
+    xt_named_sync(XT_BAR_NORMERS, XT_THREADS - GPU_WARP);
+    xt_named_arrive(XT_BAR_NORMED, XT_THREADS);
+}
+
+/* Route blockIdx.y's expert from its word: thread 0 polls it (acquire)
+ * until it carries this step's seq (the router launch is running: this
+ * launch's blocks start at its trigger, so the word comes), the barrier
+ * gives the block what the word publishes.  The expert rides in the word
+ * itself, so no load of the routes follows the poll. */
+static __device__ gk_route xt_await_route(const xt_job &j, unsigned seq)
+{
+    __shared__ int expert;
+    if (threadIdx.x == 0) {
+        unsigned long long w;
+        do
+            w = gpu_ld_acquire_u64(j.ready.words + blockIdx.y);
+        while ((unsigned)(w >> 32) != seq);
+        expert = (int)(unsigned)w;
     }
     __syncthreads();
+    return gk_route{0, expert, 0.0f};
 }
 
 /* Grid (blocks a route, routes); one block an SM (64 registers x 1024
- * threads).  With a route word the blocks start on the word, not on the
+ * threads).  With route words the blocks start on their word, not on the
  * PDL wait, and wait for the router launch's completion only before they
  * signal their own successor (which then finds both complete). */
 template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_experts(const xt_job j)
@@ -348,19 +408,27 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
     __shared__ __align__(8) xt_bars bars;
     extern __shared__ __align__(16) uint8_t xt_smem[];
     const xt_layout L = xt_layout_of(j.gate, j.up, j.down, gridDim.x);
+    const bool handed = j.ready.words != NULL;
     if (threadIdx.x == 0)
         xt_expect_all(j, L, bars);
+    xt_xrow xr;
+    unsigned seq = 0;
+    if (handed) {
+        xt_xrow_gains(j, xr);
+        seq = j.ready.step->seq; /* copied before the step's first launch */
+    }
     __syncthreads();
-    const bool handed = j.ready.word != NULL;
     if (!handed)
         gpu_pdl_wait();
-    const gk_route rt = handed ? xt_await_route(j) : j.rows.routes[blockIdx.y];
+    const gk_route rt = handed ? xt_await_route(j, seq) : j.rows.routes[blockIdx.y];
+    if (handed)
+        xt_xrow_load(j, xr);
     if (rt.expert < 0) /* a hybrid miss: every block of the route leaves, none counts */
         return;
     if (threadIdx.x == 0)
         xt_ask(j, L, rt.expert, j.rows.act_by_token ? rt.token : (int64_t)blockIdx.y, xt_smem, bars);
     if (handed)
-        xt_norm_row(j, L, xt_smem);
+        xt_norm_row(j, L, xr, xt_smem);
     xt_gate_up<TG>(j, L, xt_smem, bars);
     xt_gather_hidden(j, L, xt_smem);
     cla_wait(&bars.down);
@@ -477,8 +545,9 @@ extern "C" int gk_experts(gpuStream_t s, const gk_experts_job *e)
 #else
     const gk_rows *rows = &e->rows;
     const unsigned n = xt_launch_blocks(&e->gate, &e->up, &e->down, rows->n_routes);
-    const bool x_in = e->ready.word != NULL ? e->ready.step != NULL && e->x_raw != NULL && e->scale != NULL
-                                            : e->x.q != NULL && e->x.meta != NULL;
+    const bool x_in = e->ready.words != NULL ? e->ready.step != NULL && e->x_raw != NULL && e->scale != NULL &&
+                                                   e->x.n <= GK_ROUTER_NORM_MAX
+                                             : e->x.q != NULL && e->x.meta != NULL;
     if (n == 0 || rows->routes == NULL || e->h == NULL || e->sync == NULL || e->x.n != e->gate.n_cols || !x_in)
         return (int)gpuErrorInvalidValue;
     const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync, e->ready, e->x_raw, e->gain,

@@ -40,17 +40,18 @@ typedef struct gk_step {
 } gk_step;
 
 /* Routes handed from the launch that picks them to the experts' launch
- * by a word instead of by that launch's completion: the picking launch
- * stores the step's seq into *word once the routes (and the FFN norm's
- * scale) are visible, the experts' blocks, resident while it runs, poll
- * for it.  Why: the experts' blocks could ask for their weights only once
- * the router launch had completed and its writes were flushed (the PDL
- * wait), ~1 us after the routes existed (docs/PERFORMANCE.md, "CUDA
- * decode, session 15").  A word a layer, zero before the session's first
- * step: it holds an earlier step's seq until the routes of this one are
- * out.  word NULL: no hand-off. */
+ * by words instead of by that launch's completion: the picking launch
+ * stores route k's expert with the step's seq into words[k] (seq << 32 |
+ * expert) once what the experts need with it (x, the FFN norm's scale) is
+ * visible, and each of the experts' blocks, resident while it runs, polls
+ * its route's word.  Why: the experts' blocks could ask for their weights
+ * only once the router launch had completed and its writes were flushed
+ * (the PDL wait), then read the routes back (docs/PERFORMANCE.md, "CUDA
+ * decode, session 15").  A layer has its own words, zero before the
+ * session's first step: they hold an earlier step's seq until the routes
+ * of this one are out.  words NULL: no hand-off. */
 typedef struct gk_route_word {
-    unsigned int *word;
+    unsigned long long *words; /* n_used */
     const gk_step *step;
 } gk_route_word;
 
@@ -138,7 +139,7 @@ typedef struct gk_experts_job {
     gk_out out;
     float *h;           /* scratch: n_routes rows of gate.n_rows (the hidden rows) */
     unsigned int *sync; /* GK_EXPERTS_SYNC_WORDS, zero before a session's first launch; launches leave them valid */
-    /* With ready.word: the routes come by that word (one token), and the
+    /* With ready.words: the routes come by those words (one token), and the
      * token's row is normed by each block from x_raw (x.f's n values),
      * gain (NULL: none) and *scale, the RMSNorm's scale, all written by
      * the launch that sets the word; x.q and x.meta are not read. */

@@ -327,6 +327,12 @@ static gk_gating gating_of(const model_weights *w)
  * which wait for each other, need all at once). */
 static bool routes_by_word(const gpu_session *g, int l, int n);
 
+/* Layer l's route words (n_expert_used of them). */
+static unsigned long long *layer_route_words(const gpu_session *g, int l)
+{
+    return g->route_words + (size_t)l * g->w->hp.n_expert_used;
+}
+
 hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;
@@ -340,7 +346,7 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
         gk_experts_job e = {.gate = *gate, .up = *up, .down = *down, .x = xa, .rows = by_token,
                             .out = {.y = g->y, .y_stride = embd}, .h = g->h.f, .sync = g->experts_sync};
         if (routes == g->routes && n_routes == (int)g->w->hp.n_expert_used && routes_by_word(g, l, 1)) {
-            e.ready = (gk_route_word){.word = g->route_words + l, .step = g->d_step};
+            e.ready = (gk_route_word){.words = layer_route_words(g, l), .step = g->d_step};
             e.x_raw = g->x;
             e.gain = gw_vec(gw_at(gw, l, W_FFN_NORM));
             e.scale = g->ffn_scale;
@@ -532,11 +538,11 @@ static hydra_status attn_out_route(gpu_session *g, int l)
                       .norm = {.gain = gw_vec(gw_at(gw, l, W_FFN_NORM)), .eps = hp->norm_eps, .y = g->xn.f,
                                .q = g->xn.q, .meta = g->xn.meta},
                       .partial = g->y,
-                      .ready = {.word = routes_by_word(g, l, 1) ? g->route_words + l : NULL, .step = g->d_step},
+                      .ready = {.words = routes_by_word(g, l, 1) ? layer_route_words(g, l) : NULL, .step = g->d_step},
                       .scale = g->ffn_scale};
     const gk_act att = act_view(&g->att, 0);
     TRY(gk_attn_out_router(g->stream, &a, &att), "attention output + router");
-    g->stats.route_words += a.ready.word != NULL;
+    g->stats.route_words += a.ready.words != NULL;
     gpu_prof_mark(g, OP_ATTN_OUT);
     return HYDRA_OK;
 }
