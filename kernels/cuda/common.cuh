@@ -80,6 +80,34 @@ static inline __device__ unsigned long long gpu_ld_acquire_u64(const unsigned lo
     return v;
 }
 
+static inline __device__ unsigned gpu_ld_acquire_u32(const unsigned *p)
+{
+    unsigned v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile unsigned *)p;
+    __threadfence();
+#endif
+    return v;
+}
+
+/* An atomic add that releases what the thread (and, after a barrier, its
+ * block) wrote before it and acquires what the adds before it released:
+ * a count of blocks done without a fence on either side. */
+static inline __device__ unsigned gpu_atom_add_acq_rel_u32(unsigned *p, unsigned v)
+{
+    unsigned old;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+#else
+    __threadfence();
+    old = atomicAdd(p, v);
+    __threadfence();
+#endif
+    return old;
+}
+
 static inline __device__ void gpu_fence_acq_rel(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700

@@ -256,11 +256,11 @@ static __device__ void xt_gather_hidden(const xt_job &j, const xt_layout &L, uin
     if (threadIdx.x == 0) {
         const unsigned n = gridDim.x;
         unsigned int *count = j.sync + (__ffs((int)n) - 1) * GK_EXPERTS_MAX_ROUTES + blockIdx.y;
-        __threadfence(); /* the block's values before its count */
-        const unsigned target = (atomicAdd(count, 1u) / n + 1) * n;
-        while ((int)(*(volatile unsigned int *)count - target) < 0)
+        /* the block's values released by the count, the others' acquired
+         * by the polls (no fence.sc: __threadfence()) */
+        const unsigned target = (gpu_atom_add_acq_rel_u32(count, 1u) / n + 1) * n;
+        while ((int)(gpu_ld_acquire_u32(count) - target) < 0)
             ;
-        __threadfence();
     }
     __syncthreads();
     float *hf = (float *)(sm + L.h);

@@ -29,16 +29,13 @@
 static inline __device__ bool gk_last_block(unsigned int *counter, unsigned int total)
 {
     __shared__ bool last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1u) == total - 1;
+        last = gpu_atom_add_acq_rel_u32(counter, 1u) == total - 1;
         if (last)
             atomicExch(counter, 0u);
     }
     __syncthreads();
-    if (last)
-        __threadfence();
     return last;
 }
 
