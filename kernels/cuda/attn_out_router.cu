@@ -21,7 +21,10 @@
  * form held the tail up by ~9 us), and nothing is published on the tail's
  * path.  tg128 on the H200 448 -> 461 t/s for the launch, 460 -> 475 for
  * its tail's second form (docs/PERFORMANCE.md, "CUDA decode, session 10:
- * the router launch's tail").
+ * the router launch's tail").  Where the experts' one launch follows, the
+ * tail hands the routes and the scale over by route words instead
+ * (kernels.h's gk_route_word) and no normed row is written at all: the
+ * experts' blocks norm x themselves (session 15).
  */
 #include "attn_out_router.h"
 

@@ -54,7 +54,10 @@ static inline __device__ float warp_exp_shifted(const float *x, float *out, int 
  * its first statement waits, with gpu_pdl_wait(), until that kernel has
  * completed and its writes are visible.  Every kernel here starts with the
  * wait, before it reads or writes anything, so stream order still holds;
- * what is saved is the launch gap between kernels of a step. */
+ * what is saved is the launch gap between kernels of a step.  (One
+ * exception: the experts' launch that takes its routes by their words,
+ * kernels.h's gk_route_word, starts on those words and waits only before
+ * its own trigger.) */
 static inline __device__ void gpu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

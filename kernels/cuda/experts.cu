@@ -27,6 +27,17 @@
  * runs 32 warps of 64 registers with one decoded chunk live at a time
  * (xt_pair_dots, xt_rows_dots): 16 warps with matvec_rows.cuh's
  * two-chunk dots (126 registers) were no faster than the two launches.
+ * Routes by their words (gk_route_word, decode after the attention output
+ * launch that routes): the blocks, resident while that launch's tail
+ * ranks the experts, poll their route's word instead of waiting for the
+ * launch to complete, so the bulk copies start as soon as the route
+ * exists; the token's 8-bit row, which the router launch would write only
+ * as it completes, each block norms itself from x and the handed scale
+ * while its copies fly (tg128 526 -> 532 t/s on the H200; the first form,
+ * which read the seq, the word and the routes one after another and
+ * loaded x behind the copies, lost 12%: docs/PERFORMANCE.md, "CUDA decode,
+ * session 15").
+ *
  * Thread-block clusters would exchange the hidden values without L2, but
  * the H200 holds 7 clusters of 16 blocks at one block an SM, and a route
  * needs 16.  The route's blocks wait for each other, so the launch needs

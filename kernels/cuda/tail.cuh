@@ -6,12 +6,15 @@
  * the router logits (gk_topk_rows; the selection rule and the warp
  * softmax are shared with moe.cu's general kernel and router.cu).
  *
- * The last block is found by the usual fence-then-count pattern: every
- * thread fences its writes, one atomic per block counts the blocks done,
- * and the block that brings the count to the total is the last; it resets
- * the counter for the next launch (graph replays need nothing) and reads
- * the others' results through L2 (__ldcg), since its own L1 may hold lines
- * read before they were written.
+ * The last block is found by a count: after the block's barrier, one
+ * acquire-release atomic per block counts the blocks done (releasing what
+ * the block wrote, acquiring what the blocks before it released), and the
+ * block that brings the count to the total is the last; it resets the
+ * counter for the next launch (graph replays need nothing) and reads the
+ * others' results through L2 (__ldcg), since its own L1 may hold lines
+ * read before they were written.  (Each thread's __threadfence() before
+ * the count, a fence.sc, cost tg128 ~1% on the H200: docs/PERFORMANCE.md,
+ * "CUDA decode, session 15".)
  *
  * On Hopper and later a launch can instead be one thread-block cluster
  * (cl_* below): its blocks meet at a cluster barrier and read each other's
