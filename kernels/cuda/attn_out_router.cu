@@ -250,7 +250,6 @@ static __device__ void aor_hand_over(const gk_aor &a, const aor_tail_smem &sm, f
 {
     if (threadIdx.x == 0)
         *a.scale = scale;
-    gpu_fence_acq_rel();
     __syncthreads();
     if ((int)threadIdx.x < a.tail.gating.n_used) {
         const unsigned long long w = (unsigned long long)a.ready.step->seq << 32 | (unsigned)sm.picked_e[threadIdx.x];
