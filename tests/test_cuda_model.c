@@ -208,15 +208,21 @@ TEST(cuda_graphs_bit_identical_and_deterministic)
     free(without);
 }
 
+/* A shared model opened and its weights bound, for gpu_session tests. */
+static hydra_status open_bound(const char *name, hydra_model **m, model_weights *w)
+{
+    hydra_status st = util_open_shared_model(name, m);
+    return st == HYDRA_OK ? weights_bind(w, *m) : st;
+}
+
 /* Graph capture is counted: one decode structure is captured once. */
 TEST(cuda_decode_graph_captured_once)
 {
     REQUIRE_GPU();
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(util_open_shared_model("qwen3moe-tiny-q8_0", &m));
     model_weights w;
-    CHECK_OK(weights_bind(&w, m));
+    CHECK_OK(open_bound("qwen3moe-tiny-q8_0", &m, &w));
     gpu_session *g = NULL;
     const gpu_options o = {.n_ctx = 256, .n_batch = 64, .kv_type = QT_F16, .graphs = true};
     CHECK_OK(gpu_session_create(&g, &w, &o));
@@ -257,18 +263,17 @@ static hydra_status decode_steps(const model_weights *w, bool route_words, int n
     return s;
 }
 
-/* The experts' launch that takes its routes by the layer's route word
+/* The experts' launch that takes its routes by the layer's route words
  * (kernels.h's gk_route_word) and norms x itself gives the logits of the
  * one that waits for the router launch's completion, bit for bit, and the
- * word did carry the routes (every layer of this Qwen3-MoE file). */
+ * words did carry the routes (every layer of this Qwen3-MoE file). */
 TEST(cuda_route_words_give_the_bits_of_the_completion_wait)
 {
     REQUIRE_GPU();
     REQUIRE_SHARED();
     hydra_model *m = NULL;
-    CHECK_OK(util_open_shared_model("qwen3moe-kq-q4_k_m", &m));
     model_weights w;
-    CHECK_OK(weights_bind(&w, m));
+    CHECK_OK(open_bound("qwen3moe-kq-q4_k_m", &m, &w));
     const size_t n_logits = (size_t)GRAPH_TOKENS * w.hp.n_vocab;
     float *by_word = malloc(sizeof(float) * n_logits), *by_wait = malloc(sizeof(float) * n_logits);
     CHECK(by_word && by_wait);
