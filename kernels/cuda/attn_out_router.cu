@@ -241,11 +241,12 @@ static __device__ void aor_block_probs(const gk_gating &g, float *l, aor_tail_sm
 }
 
 /* The tail's routes handed to the experts' launch by their words, with
- * the norm's scale: every thread's stores (routes, logits) fenced before
- * the barrier, then each word by its thread after a fence of its own (the
- * release of what the barrier ordered before it), and with them, by the
- * count's fences, every first block's values of x that the experts'
- * blocks norm. */
+ * the norm's scale: after the barrier, each word by its thread after a
+ * fence (the release of what the barrier ordered before it: every
+ * thread's stores, and, through the count's acquire, every first block's
+ * values of x, which the experts' blocks norm).  A fence by every thread
+ * before the barrier as well cost tg128 ~0.5% (docs/PERFORMANCE.md,
+ * "CUDA decode, session 15"). */
 static __device__ void aor_hand_over(const gk_aor &a, const aor_tail_smem &sm, float scale)
 {
     if (threadIdx.x == 0)
