@@ -2,13 +2,15 @@
 # `make test` runs the test suite; `make SAN=1 test` does so under
 # AddressSanitizer + UndefinedBehaviorSanitizer (objects in build/san/);
 # `make CUDA=1` adds the CUDA backend (objects and binaries in build/cuda/,
-# kernels for CUDA_ARCHS); `make fuzz` builds the libFuzzer target (clang);
-# `make install PREFIX=...`.
+# kernels for CUDA_ARCHS); `make CUDA=1 STAMPS=1` a profiling build whose
+# decode kernels stamp their phases (build/cuda/stamps/, src/gpu/gpu_stamps.h);
+# `make fuzz` builds the libFuzzer target (clang); `make install PREFIX=...`.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
 SAN     ?= 0
 CUDA    ?= 0
+STAMPS  ?= 0
 
 BUILD := build
 ifeq ($(CUDA),1)
@@ -16,6 +18,11 @@ BUILD := build/cuda
 endif
 ifeq ($(SAN),1)
 BUILD := $(BUILD)/san
+endif
+# STAMPS=1 (with CUDA=1): a profiling build whose decode kernels stamp their
+# phases (kernels/cuda/stamp.cuh, src/gpu/gpu_stamps.h).
+ifeq ($(STAMPS),1)
+BUILD := $(BUILD)/stamps
 endif
 
 # Messages are cut to their buffers on purpose: -Wno-format-truncation.
@@ -47,6 +54,10 @@ CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCCFLAGS  := -std=c++17 -O2 -g -Xcompiler -fPIC,-fvisibility=hidden,-Wall -Werror all-warnings \
               -Iinclude -Isrc -DHYDRA_BUILD $(CUDA_GENCODE)
+ifeq ($(STAMPS),1)
+CFLAGS    += -DHYDRA_STAMPS
+NVCCFLAGS += -DHYDRA_STAMPS
+endif
 else
 LIB_SRC   += src/gpu/gpu_off.c
 CU_SRC    :=

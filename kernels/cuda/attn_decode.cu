@@ -32,7 +32,10 @@
 #include "common.cuh"
 #include "qk_rope.cuh"
 #include "row_norm.cuh"
+#include "stamp.cuh"
 #include "tail.cuh"
+
+GK_STAMP_TU(attn_decode)
 
 /* AD_TPP threads share a position (8 values each of a head of at most
  * AD_MAX_DIM); AD_PASS positions a pass; the ad_loads passes of a chunk
@@ -274,6 +277,7 @@ static inline __device__ float ad_attend(const gk_attn &a, const kv_raw<F16> *kr
             }
         }
     gpu_pdl_trigger(); /* left: the warps' merge, the chunks' merge and the stores */
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_ATT_ATTEND);
     __syncthreads();
     const int t = threadIdx.x, h = t < qs * dv ? t / dv : 0;
     float m = -INFINITY;
@@ -353,6 +357,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(gk_attn a, gk_rope r
         ad_rot_prepare(r, qs, pos, own_row, &rot);
         gpu_pdl_wait();
     }
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_ATT_WAIT);
     ad_queries<ROPE>(a, r, rot, a.q + head0 * dk, qs, g, pos, own_row, pair == 0, qsh, kh, vh);
     __syncthreads();
     float2 cml;
@@ -362,6 +367,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(gk_attn a, gk_rope r
     if (used == 1) {
         if (mine)
             ad_store(a, head0, ad_merge(1, [&](int, int k) { return k == 0 ? cml.x : cml.y; }, [&](int) { return o; }));
+        GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_ATT_STORE);
         return;
     }
     const int n_chunks = ad_chunks(a.max_kv, F16);

@@ -31,9 +31,12 @@
 #include "cluster_async.cuh"
 #include "common.cuh"
 #include "row_norm.cuh"
+#include "stamp.cuh"
 #include "tail.cuh"
 
 #include <atomic>
+
+GK_STAMP_TU(attn_out_router)
 
 /* The attention output types of the launch: Q4_K_M's and Q5_K_M's (Q4_K,
  * Q5_K, Q6_K) and Q8_0. */
@@ -268,6 +271,7 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     __shared__ __align__(16) aor_tail_smem sm;
     const gk_gating &g = a.tail.gating;
     const int n_expert = g.n_expert, warp = threadIdx.x / GPU_WARP, lane = threadIdx.x % GPU_WARP;
+    GK_STAMP_IF(threadIdx.x == 0, GS_AOR_TAIL);
     aor_sq2 sq2 = {0.0, 0.0};
     if (warp == 0)
         sq2 = aor_sq_load(sc.sq, n_clusters);
@@ -285,6 +289,7 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     for (int e = (int)threadIdx.x; e < AOR_KEYS; e += AOR_THREADS)
         sm.key[e] = 0; /* the padding ranks below every key */
     __syncthreads();
+    GK_STAMP_IF(threadIdx.x == 0, GS_AOR_PARTIALS);
     const float scale = sm.scale;
     float l[AOR_EXPERTS_PER];
 #pragma unroll
@@ -308,11 +313,13 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     __syncthreads();
     aor_rank(sm, n_expert, g.n_used);
     __syncthreads();
+    GK_STAMP_IF(threadIdx.x == 0, GS_AOR_RANKED);
     topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
     if (a.ready.words != NULL)
         aor_hand_over(a, sm, scale);
     else if (warp == 1) /* free: the routes are warp 0's (n_used <= GPU_WARP) */
         aor_chunk_normed(a.norm, cluster, xv, scale);
+    GK_STAMP_IF(threadIdx.x == 0, GS_AOR_ROUTES);
 }
 
 /* Warp 0 of the other first blocks: until the count is back at zero (the
@@ -360,6 +367,7 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         gain[k] = a.norm.gain != NULL ? a.norm.gain[r0 + k] : 1.0f;
     cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     gpu_pdl_wait();
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_AOR_WAIT);
     const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
     const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
     const float v = aor_row<T>(a.wo, r0 + warp, aq, ameta);
@@ -411,7 +419,9 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
         if (lane == 0)
             sc.sq[cluster] = sq;
     }
-    if (gk_last_block(a.tail.counter, n_clusters))
+    const bool last = gk_last_block(a.tail.counter, n_clusters);
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_AOR_COUNT);
+    if (last)
         aor_tail(a, sc, n_clusters, cluster, xv);
     else if (warp == 0 && a.ready.words == NULL) /* handed over: no normed row to write */
         aor_await_count(a, sc, n_clusters, cluster, xv);

@@ -49,8 +49,11 @@
 #include "common.cuh"
 #include "matvec_rows.cuh"
 #include "row_norm.cuh"
+#include "stamp.cuh"
 
 #include <atomic>
+
+GK_STAMP_TU(experts)
 
 /* The type pairs (gate/up, down) of the launch: Q4_K_M's and Q5_K_M's
  * experts, and the uniform Q6_K and Q8_0 files. */
@@ -264,6 +267,7 @@ static __device__ void xt_gate_up(const xt_job &j, const xt_layout &L, const uin
 static __device__ void xt_gather_hidden(const xt_job &j, const xt_layout &L, uint8_t *sm)
 {
     __syncthreads(); /* the block's values stored */
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_XT_GATEUP);
     if (threadIdx.x == 0) {
         const unsigned n = gridDim.x;
         unsigned int *count = j.sync + (__ffs((int)n) - 1) * GK_EXPERTS_MAX_ROUTES + blockIdx.y;
@@ -436,17 +440,20 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
         xt_xrow_load(j, xr);
     if (rt.expert < 0) /* a hybrid miss: every block of the route leaves, none counts */
         return;
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_XT_ROUTE);
     if (threadIdx.x == 0)
         xt_ask(j, L, rt.expert, j.rows.act_by_token ? rt.token : (int64_t)blockIdx.y, xt_smem, bars);
     if (handed)
         xt_norm_row(j, L, xr, xt_smem);
     xt_gate_up<TG>(j, L, xt_smem, bars);
     xt_gather_hidden(j, L, xt_smem);
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_XT_HIDDEN);
     cla_wait(&bars.down);
     if (TD == GQ_Q4_K && mv_rows_v16(xt_smem + L.down, j.down.row_bytes))
         xt_down<TD, TD == GQ_Q4_K>(j, L, xt_smem);
     else
         xt_down<TD, false>(j, L, xt_smem);
+    GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_XT_DOWN);
     if (handed)
         gpu_pdl_wait();
     gpu_pdl_trigger();

@@ -18,8 +18,11 @@
 #include "cluster_async.cuh"
 #include "quant_words.cuh"
 #include "matvec_rows.cuh"
+#include "stamp.cuh"
 
 #include <atomic>
+
+GK_STAMP_TU(matvec)
 
 enum { MV_WARPS = 4, MV_MAX_TOK = GK_MATVEC_MAX_TOK };
 
@@ -190,10 +193,12 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_
     const int mat = mv_mat_of(job, blk);
     mv_prefetch_dense<false>(job, mat, blk);
     gpu_pdl_wait();
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_QKV_WAIT);
     if (mat == job.n_mats - 1)
         mv_row_q<TL, false, 1>(job, mat, blk);
     else
         mv_row_q<T, false, 1>(job, mat, blk);
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_QKV_DOTS);
 }
 
 /* The staged launch (expert down projections: rows of a few chunks, many

@@ -27,6 +27,9 @@
 #include "mma.cuh"
 #include "row_norm.cuh"
 #include "quant_words.cuh"
+#include "stamp.cuh"
+
+GK_STAMP_TU(matvec_head)
 
 enum {
     MVH_THREADS = GK_NORM_THREADS, /* the norm's block: the same sums as gk_rmsnorm */
@@ -193,6 +196,7 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
         mvh_fetch(w, blockIdx.x + (int64_t)s * gridDim.x, rows_per_tile, sm.stage + s * sm.tile_bytes, &bars[s]);
     __syncthreads(); /* the mbarriers initialised before anyone waits */
     gpu_pdl_wait();
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_HEAD_WAIT);
     /* the last stage is free until the loop's first fetch: the norm's
      * unread float output goes there (the launcher checks it fits) */
     mvh_activation(x, norm, self_norm, sm, (float *)(sm.stage + (MVH_STAGES - 1) * sm.tile_bytes), red);
@@ -214,6 +218,7 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
     __syncthreads();
     if (i > 0)
         mvh_store(w, out, res[(i - 1) % 2], (t - gridDim.x) * rows_per_tile, rows_per_tile);
+    GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_HEAD_DONE);
 }
 
 extern "C" bool gk_matvec_head_fits(const gk_mat *w)

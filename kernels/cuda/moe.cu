@@ -12,6 +12,9 @@
 #include "row_norm.cuh"
 #include "tail.cuh"
 #include "cluster_async.cuh"
+#include "stamp.cuh"
+
+GK_STAMP_TU(moe)
 
 enum { GR_THREADS = 1024, GR_MAX_EXPERTS = 4096, CB_MAX_USED = 256 };
 
@@ -234,6 +237,7 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
         cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     }
     gpu_pdl_wait();
+    GK_STAMP_IF(rank == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_CB_WAIT);
     const int t = blockIdx.y;
     const int64_t len = n / CBC_BLOCKS, col0 = (int64_t)rank * len;
     float *xr = x + t * n + col0;
@@ -263,6 +267,7 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
             xr[i] = v[k];
     }
     gpu_pdl_trigger(); /* left: the next layer's norm */
+    GK_STAMP_IF(rank == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_CB_X);
     if (norm.y == NULL)
         return;
     const double mine = block_sum_d(norm_regs_sumsq<CBC_PER>(v), red);
@@ -273,6 +278,7 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
     for (unsigned b = 0; b < CBC_BLOCKS; b++)
         sumsq += b == rank ? mine : part[b];
     norm_regs_apply_at<CBC_PER>(v, g, len, norm_scale(sumsq, n, norm.eps), norm, true, t * n + col0);
+    GK_STAMP_IF(rank == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_CB_NORM);
 }
 
 static bool combine_on_cluster(const int32_t *slot_of, int n_tok, int64_t n)

@@ -158,6 +158,10 @@ struct gpu_session {
     unsigned long long *route_words; /* gk_route_word's, n_expert_used a layer, zeroed at creation */
     float *ffn_scale;          /* the FFN norm's scale that a route word hands over with the routes */
     uint32_t step_seq;         /* the last step's gk_step.seq */
+#if defined(HYDRA_STAMPS)
+    void *stamps;              /* the phase stamps' ring (gpu_stamps.h); NULL: none asked */
+    int64_t stamp_pos;         /* the position whose steps are stamped */
+#endif
     int max_tiles;
     int64_t ff_max;            /* widest FFN hidden row */
 

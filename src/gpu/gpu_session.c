@@ -6,6 +6,7 @@
  * the logits come back, and the stream is synchronised once per step.
  */
 #include "gpu_arch.h"
+#include "gpu_stamps.h"
 
 #include "../quant.h"
 
@@ -241,6 +242,8 @@ hydra_status gpu_session_create(gpu_session **out, const model_weights *w, const
         st = alloc_scratch(g);
     if (st == HYDRA_OK)
         st = gpu_mla_init(g);
+    if (st == HYDRA_OK)
+        st = gpu_stamps_open(g);
     if (st == HYDRA_OK && g->o.profile)
         st = create_events(g);
     if (st == HYDRA_OK && g->o.hybrid)
@@ -265,6 +268,7 @@ void gpu_session_free(gpu_session *g)
     if (g->stream != NULL)
         gpuStreamSynchronize(g->stream);
     gpu_graph_free_all(g);
+    gpu_stamps_close(g);
     gpu_hybrid_free(g);
     if (g->events != NULL)
         for (int i = 0; i < PROF_MAX_EVENTS; i++)
@@ -301,6 +305,7 @@ hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens
                                         gpuMemcpyHostToDevice, g->stream);
     if (e != gpuSuccess)
         return gpu_fail(e, "copying the step's tokens");
+    TRY_ST(gpu_stamps_arm(g, pos0, n));
     const step_shape sh = {.n_tok = n, .max_kv = gpu_context_bucket(pos0 + n, g->o.n_ctx), .all_rows = all_rows,
                            .generation = generation};
     g->n_ev = 0;
