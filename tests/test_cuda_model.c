@@ -215,36 +215,9 @@ static hydra_status open_bound(const char *name, hydra_model **m, model_weights 
     return st == HYDRA_OK ? weights_bind(w, *m) : st;
 }
 
-/* Graph capture is counted: one decode structure is captured once. */
-TEST(cuda_decode_graph_captured_once)
-{
-    REQUIRE_GPU();
-    REQUIRE_SHARED();
-    hydra_model *m = NULL;
-    model_weights w;
-    CHECK_OK(open_bound("qwen3moe-tiny-q8_0", &m, &w));
-    gpu_session *g = NULL;
-    const gpu_options o = {.n_ctx = 256, .n_batch = 64, .kv_type = QT_F16, .graphs = true};
-    CHECK_OK(gpu_session_create(&g, &w, &o));
-    float *logits = malloc(sizeof(float) * w.hp.n_vocab);
-    CHECK(logits != NULL);
-    for (int i = 0; i < 40; i++) {
-        const int32_t tok = (int32_t)(i * 7 % (int)w.hp.n_vocab);
-        CHECK_OK(gpu_forward(g, i, &tok, 1, false, logits));
-    }
-    gpu_stats st;
-    gpu_session_stats(g, &st);
-    gpu_session_free(g);
-    weights_free(&w);
-    hydra_model_close(m);
-    free(logits);
-    CHECK_EQ_INT(st.steps, 40);
-    CHECK_EQ_INT(st.captures, 1);
-    CHECK_EQ_INT(st.replays, 39);
-}
-
-/* 64 greedy decode steps (one token each, graphs replayed) of a session
- * on the device; logits n x n_vocab, the session's counters in *st. */
+/* n greedy decode steps (one token each, positions 0 .. n - 1, graphs
+ * replayed) of a session on the device; logits n x n_vocab, the session's
+ * counters in *st. */
 static hydra_status decode_steps(const model_weights *w, bool route_words, int n, float *logits, gpu_stats *st)
 {
     gpu_session *g = NULL;
@@ -261,6 +234,28 @@ static hydra_status decode_steps(const model_weights *w, bool route_words, int n
         gpu_session_stats(g, st);
     gpu_session_free(g);
     return s;
+}
+
+/* Graph capture is counted: one decode structure is captured once. */
+TEST(cuda_decode_graph_captured_once)
+{
+    REQUIRE_GPU();
+    REQUIRE_SHARED();
+    enum { STEPS = 40 };
+    hydra_model *m = NULL;
+    model_weights w;
+    CHECK_OK(open_bound("qwen3moe-tiny-q8_0", &m, &w));
+    float *logits = malloc(sizeof(float) * STEPS * w.hp.n_vocab);
+    CHECK(logits != NULL);
+    gpu_stats st = {0};
+    const hydra_status s_run = decode_steps(&w, true, STEPS, logits, &st);
+    weights_free(&w);
+    hydra_model_close(m);
+    free(logits);
+    CHECK_OK(s_run);
+    CHECK_EQ_INT(st.steps, STEPS);
+    CHECK_EQ_INT(st.captures, 1);
+    CHECK_EQ_INT(st.replays, STEPS - 1);
 }
 
 /* The experts' launch that takes its routes by the layer's route words

@@ -316,6 +316,14 @@ static gk_gating gating_of(const model_weights *w)
                        .scale = w->hp.expert_weights_scale};
 }
 
+static bool routes_by_word(const gpu_session *g, int l, int n);
+
+/* Layer l's route words (n_expert_used of them). */
+static unsigned long long *layer_route_words(const gpu_session *g, int l)
+{
+    return g->route_words + (size_t)l * g->w->hp.n_expert_used;
+}
+
 /* Decode: one matvec launch per matrix over every route (routes with
  * expert -1, the hybrid split's misses, are skipped by the kernels), or
  * gate/up and down in one launch (gk_experts: 16 blocks a route, one an
@@ -325,14 +333,6 @@ static gk_gating gating_of(const model_weights *w)
  * experts.cu, the model's own expert stacks, not a hybrid session (its
  * side streams' kernels would share the SMs that the launch's blocks,
  * which wait for each other, need all at once). */
-static bool routes_by_word(const gpu_session *g, int l, int n);
-
-/* Layer l's route words (n_expert_used of them). */
-static unsigned long long *layer_route_words(const gpu_session *g, int l)
-{
-    return g->route_words + (size_t)l * g->w->hp.n_expert_used;
-}
-
 hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, int n_routes)
 {
     const gpu_weights *gw = &g->gw;

@@ -156,7 +156,8 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->n_tiles, sizeof(int32_t));
     CARVE(&c, g->counter, sizeof(unsigned int));
     CARVE(&c, g->experts_sync, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int));
-    CARVE(&c, g->route_words, sizeof(unsigned long long) * (size_t)(hp->n_layer * hp->n_expert_used));
+    const size_t route_words_bytes = sizeof(unsigned long long) * (size_t)hp->n_layer * hp->n_expert_used;
+    CARVE(&c, g->route_words, route_words_bytes);
     CARVE(&c, g->ffn_scale, sizeof(float));
     CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
@@ -173,8 +174,7 @@ static hydra_status alloc_scratch(gpu_session *g)
     if (e == gpuSuccess)
         e = gpuMemsetAsync(g->experts_sync, 0, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int), g->stream);
     if (e == gpuSuccess)
-        e = gpuMemsetAsync(g->route_words, 0, sizeof(unsigned long long) * (size_t)(hp->n_layer * hp->n_expert_used),
-                           g->stream);
+        e = gpuMemsetAsync(g->route_words, 0, route_words_bytes, g->stream);
     if (e == gpuSuccess) /* the attention scratch's counters (kernels.h) */
         e = gpuMemsetAsync(g->attn_scratch, 0, sizeof(float) * GK_ATTN_COUNTERS, g->stream);
     if (e != gpuSuccess)
