@@ -8,6 +8,7 @@
 #if defined(HYDRA_STAMPS)
 #include "../../kernels/cuda/stamp_sites.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,38 +73,72 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Each site's median of (its time - its layer's qkv.wait), in us. */
+/* The Q/K/V launch's sites come before their layer's attention launch;
+ * every other site after it. */
+static bool before_attention(unsigned site)
+{
+    return site == GS_QKV_WAIT || site == GS_QKV_DOTS;
+}
+
+/* A layer's anchor is its attention launch's wait, the one site every
+ * layer stamps once and whose launch no other layer's overlaps (the Q/K/V
+ * launch of layer l + 1 overlaps layer l's combine).  A stamp's offset is
+ * from the anchor of its layer: the next anchor for the Q/K/V sites, the
+ * last one for the others; none where that anchor is missing. */
+static bool offset_of(const unsigned long long *st, unsigned n, unsigned i, double *us)
+{
+    const int step = before_attention((unsigned)st[2 * i + 1]) ? 1 : -1;
+    for (long j = (long)i + step; j >= 0 && j < (long)n; j += step)
+        if (st[2 * j + 1] == GS_ATT_WAIT) {
+            *us = ((double)st[2 * i] - (double)st[2 * j]) / 1e3;
+            return true;
+        }
+    return false;
+}
+
+/* The sorted stamps, one "ns site" line each, for a timeline of every
+ * layer (HYDRA_STAMP_DUMP names the file). */
+static void dump(const unsigned long long *st, unsigned n)
+{
+    const char *path = getenv("HYDRA_STAMP_DUMP");
+    FILE *f = path != NULL ? fopen(path, "w") : NULL;
+    if (f == NULL)
+        return;
+    for (unsigned i = 0; i < n; i++)
+        fprintf(f, "%llu %s\n", st[2 * i], site_name[st[2 * i + 1]]);
+    fclose(f);
+}
+
+/* Each site's quartiles of its offset from its layer's attention wait. */
 static void report(const gk_stamp_ring *r)
 {
     const unsigned n = r->n < GK_STAMP_MAX ? r->n : GK_STAMP_MAX;
-    unsigned long long *ts = malloc(sizeof *ts * 2 * (size_t)n);
+    unsigned long long *st = malloc(sizeof *st * 2 * (size_t)n);
     double *since = malloc(sizeof *since * (size_t)n);
-    if (ts == NULL || since == NULL) {
-        free(ts);
+    if (st == NULL || since == NULL) {
+        free(st);
         free(since);
         return;
     }
     for (unsigned i = 0; i < n; i++) {
-        ts[2 * i] = r->t[i];
-        ts[2 * i + 1] = r->site[i];
+        st[2 * i] = r->t[i];
+        st[2 * i + 1] = r->site[i] < GS_N ? r->site[i] : GS_N - 1;
     }
-    qsort(ts, n, 2 * sizeof *ts, by_time);
-    fprintf(stderr, "phase stamps: %u (median us after the layer's qkv.wait)\n", n);
+    qsort(st, n, 2 * sizeof *st, by_time);
+    dump(st, n);
+    fprintf(stderr, "phase stamps: %u (us from the layer's attn.wait: 25%%, median, 75%%; stamps)\n", n);
     for (unsigned s = 0; s < GS_N; s++) {
         size_t k = 0;
-        unsigned long long origin = 0;
-        for (unsigned i = 0; i < n; i++) {
-            if (ts[2 * i + 1] == GS_QKV_WAIT)
-                origin = ts[2 * i];
-            else if (ts[2 * i + 1] == s && origin != 0)
-                since[k++] = (double)(ts[2 * i] - origin) / 1e3;
-        }
+        for (unsigned i = 0; i < n; i++)
+            if (st[2 * i + 1] == s && offset_of(st, n, i, &since[k]))
+                k++;
         if (k == 0)
             continue;
         qsort(since, k, sizeof *since, by_value);
-        fprintf(stderr, "  %-16s %8.2f us  (%zu)\n", site_name[s], since[k / 2], k);
+        fprintf(stderr, "  %-16s %8.2f %8.2f %8.2f  (%zu)\n", site_name[s], since[k / 4], since[k / 2],
+                since[3 * k / 4], k);
     }
-    free(ts);
+    free(st);
     free(since);
 }
 

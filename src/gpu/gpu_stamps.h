@@ -2,9 +2,10 @@
  * gpu_stamps.h — the host side of a profiling build's phase stamps
  * (kernels/cuda/stamp.cuh; `make CUDA=1 STAMPS=1`).  With HYDRA_STAMP_POS=P
  * in the environment, a session's one-token steps at position P are
- * stamped, and freeing the session prints to stderr each site's median
- * time after its layer's Q/K/V launch passed its PDL wait, over the layers
- * and steps stamped.  One session at a time, on one device (each kernel
+ * stamped, and freeing the session prints to stderr each site's quartiles
+ * of its time from its layer's attention launch passing its PDL wait, over
+ * the layers and steps stamped (and with HYDRA_STAMP_DUMP=file, writes the
+ * stamps themselves there, in time order).  One session at a time, on one device (each kernel
  * file's pointer to the ring is a device global).  In other builds these
  * do nothing.
  */
