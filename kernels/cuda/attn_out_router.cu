@@ -243,20 +243,18 @@ static __device__ void aor_block_probs(const gk_gating &g, float *l, aor_tail_sm
         l[j] *= inv;
 }
 
-/* The tail's routes handed to the experts' launch by their words, with
- * the norm's scale: after the barrier, each word by its thread after a
- * fence (the release of what the barrier ordered before it: every
- * thread's stores, and, through the count's acquire, every first block's
- * values of x, which the experts' blocks norm).  A fence by every thread
- * before the barrier as well cost tg128 ~0.5% (docs/PERFORMANCE.md,
- * "CUDA decode, session 15"). */
+/* The tail's routes handed to the experts' launch by their words, the
+ * norm's scale in each (common.cuh's gk_route_word_of): right after the
+ * rank, each word by its thread after a fence (the release of what the
+ * block's barriers ordered before it, and, through the count's acquire,
+ * every first block's values of x, which the experts' blocks norm); the
+ * routes' weights, which only the combine reads, are written after.  A
+ * fence by every thread before the barrier as well cost tg128 ~0.5%
+ * (docs/PERFORMANCE.md, "CUDA decode, session 15"). */
 static __device__ void aor_hand_over(const gk_aor &a, const aor_tail_smem &sm, float scale)
 {
-    if (threadIdx.x == 0)
-        *a.scale = scale;
-    __syncthreads();
     if ((int)threadIdx.x < a.tail.gating.n_used) {
-        const unsigned long long w = (unsigned long long)a.ready.step->seq << 32 | (unsigned)sm.picked_e[threadIdx.x];
+        const unsigned long long w = gk_route_word_of(a.ready.step->seq, sm.picked_e[threadIdx.x], scale);
         gpu_fence_acq_rel();
         *(volatile unsigned long long *)(a.ready.words + threadIdx.x) = w;
     }
@@ -314,10 +312,10 @@ static __device__ void aor_tail(const gk_aor &a, const aor_scratch &sc, int n_cl
     aor_rank(sm, n_expert, g.n_used);
     __syncthreads();
     GK_STAMP_IF(threadIdx.x == 0, GS_AOR_RANKED);
-    topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
     if (a.ready.words != NULL)
         aor_hand_over(a, sm, scale);
-    else if (warp == 1) /* free: the routes are warp 0's (n_used <= GPU_WARP) */
+    topk_write_routes(g, 1, sm.picked_e, sm.picked_p, GK_TAIL_MAX_USED, a.tail.routes);
+    if (a.ready.words == NULL && warp == 1) /* free: the routes are warp 0's (n_used <= GPU_WARP) */
         aor_chunk_normed(a.norm, cluster, xv, scale);
     GK_STAMP_IF(threadIdx.x == 0, GS_AOR_ROUTES);
 }
@@ -471,8 +469,7 @@ extern "C" bool gk_attn_out_router_fits(const gk_mat *wo, const gk_mat *router, 
 
 extern "C" int gk_attn_out_router(gpuStream_t s, const gk_aor *a, const gk_act *att)
 {
-    const bool normed = a->ready.words != NULL ? a->ready.step != NULL && a->scale != NULL
-                                              : a->norm.q != NULL && a->norm.meta != NULL;
+    const bool normed = a->ready.words != NULL ? a->ready.step != NULL : a->norm.q != NULL && a->norm.meta != NULL;
     if (!gk_attn_out_router_fits(&a->wo, &a->router, &a->tail.gating) || a->tail.counter == NULL || !normed ||
         att->n != a->wo.n_cols)
         return (int)gpuErrorInvalidValue;

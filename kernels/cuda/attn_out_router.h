@@ -45,11 +45,10 @@ typedef struct gk_aor {
     gk_norm_out norm;      /* the FFN norm: gain, eps; y, q, meta out (q, meta not NULL) */
     float *partial;        /* scratch, 8-byte aligned: gk_attn_out_router_scratch floats */
     /* With ready.words: the routes are handed to the experts' launch by
-     * those words (kernels.h), with the norm's scale stored at *scale; the
-     * normed row (norm's y, q, meta) is then not written: the experts'
-     * blocks norm x themselves. */
+     * those words (kernels.h), with the norm's scale in them; the normed
+     * row (norm's y, q, meta) is then not written: the experts' blocks
+     * norm x themselves. */
     gk_route_word ready;
-    float *scale;
 } gk_aor;
 
 /* Whether the launch takes these shapes: clusters on the device, wo of a

@@ -71,6 +71,36 @@ static inline __device__ void gpu_pdl_wait(void)
  * hands data from one running launch to another (kernels.h's
  * gk_route_word).  fence.acq_rel rather than __threadfence(), which is
  * fence.sc: no total order is needed, only this pair's. */
+/* A route word (kernels.h's gk_route_word): the step's seq in the top
+ * GK_RW_SEQ_BITS bits, the expert in the next GK_RW_EXPERT_BITS, the FFN
+ * norm's scale (float bits) in the low 32, so that the experts' blocks
+ * need no load after the poll.  seq is compared modulo 2^GK_RW_SEQ_BITS:
+ * a layer's word is rewritten every step, so it is never more than one
+ * step stale. */
+enum { GK_RW_SEQ_BITS = 20, GK_RW_EXPERT_BITS = 12 };
+static_assert(GK_TAIL_MAX_EXPERTS <= 1 << GK_RW_EXPERT_BITS, "an expert id fits its field");
+
+static inline __device__ unsigned long long gk_route_word_of(unsigned seq, int expert, float scale)
+{
+    const unsigned long long tag = seq & ((1u << GK_RW_SEQ_BITS) - 1);
+    return tag << (64 - GK_RW_SEQ_BITS) | (unsigned long long)(unsigned)expert << 32 | __float_as_uint(scale);
+}
+
+static inline __device__ bool gk_route_word_is(unsigned long long w, unsigned seq)
+{
+    return (unsigned)(w >> (64 - GK_RW_SEQ_BITS)) == (seq & ((1u << GK_RW_SEQ_BITS) - 1));
+}
+
+static inline __device__ int gk_route_word_expert(unsigned long long w)
+{
+    return (int)((w >> 32) & ((1u << GK_RW_EXPERT_BITS) - 1));
+}
+
+static inline __device__ float gk_route_word_scale(unsigned long long w)
+{
+    return __uint_as_float((unsigned)w);
+}
+
 static inline __device__ unsigned long long gpu_ld_acquire_u64(const unsigned long long *p)
 {
     unsigned long long v;

@@ -79,18 +79,18 @@ struct xt_job {
     float *h;              /* the routes' hidden rows (n_routes x gate.n_rows) */
     unsigned int *sync;    /* GK_EXPERTS_SYNC_WORDS: a route's arrivals, a set for each blocks-a-route count */
     gk_route_word ready;   /* words NULL: the routes and x's 8-bit row are final at the PDL wait */
-    const float *x_raw, *gain, *scale;
+    const float *x_raw, *gain;
 };
 
 /* A block's shared memory, byte offsets in the dynamic window, for n
  * blocks a route: its gate rows, its up rows, its down rows, the route's
- * hidden row (floats), its 8-bit form with the chunks' meta
- * (mv_stage_row's layout), the token's 8-bit row and meta.  Every offset
+ * hidden row in 8-bit form with the chunks' meta (mv_stage_row's layout),
+ * the token's 8-bit row and meta.  Every offset
  * is 16-byte aligned (the bulk copies' rule; gk_experts_fits checks the
  * row sizes). */
 struct xt_layout {
     int pairs, rows; /* gate/up row pairs and down rows of a block */
-    uint32_t gate, up, down, h, stage, xq, xm, total;
+    uint32_t gate, up, down, stage, xq, xm, total;
 };
 
 static __host__ __device__ inline uint32_t xt_align16(size_t v)
@@ -107,8 +107,7 @@ static __host__ __device__ inline xt_layout xt_layout_of(const gk_mat &gate, con
     L.gate = 0;
     L.up = (uint32_t)(L.gate + (size_t)L.pairs * gate.row_bytes);
     L.down = (uint32_t)(L.up + (size_t)L.pairs * up.row_bytes);
-    L.h = xt_align16(L.down + (size_t)L.rows * down.row_bytes);
-    L.stage = (uint32_t)(L.h + sizeof(float) * (size_t)gate.n_rows);
+    L.stage = xt_align16(L.down + (size_t)L.rows * down.row_bytes);
     L.xq = xt_align16(L.stage + (size_t)gate.n_rows + sizeof(int4) * (size_t)(gate.n_rows / 32));
     L.xm = xt_align16(L.xq + (size_t)gate.n_cols);
     L.total = (uint32_t)(L.xm + sizeof(int4) * (size_t)(gate.n_cols / 32));
@@ -263,7 +262,11 @@ static __device__ void xt_gate_up(const xt_job &j, const xt_layout &L, const uin
  * barrier (the last to arrive zeroes the count and moves a generation on)
  * puts one more L2 round trip on the path: tg128 +1.9% over main with it,
  * +2.6-3.0% without, on the H200 (docs/PERFORMANCE.md, session 13).  Then
- * the hidden row, read back through L2, staged in 8-bit form. */
+ * the hidden row, read back through L2, staged in 8-bit form: each warp
+ * loads a chunk and quantises it at once (q8_warp_store, mv_stage_row's
+ * rule, so the same bits), one block barrier after; the row first stored
+ * as floats, a barrier, then mv_stage_row cost tg128 ~2% (551-555 against
+ * 541-542 t/s on the H200, docs/PERFORMANCE.md, "CUDA decode, session 16"). */
 static __device__ void xt_gather_hidden(const xt_job &j, const xt_layout &L, uint8_t *sm)
 {
     __syncthreads(); /* the block's values stored */
@@ -278,12 +281,11 @@ static __device__ void xt_gather_hidden(const xt_job &j, const xt_layout &L, uin
             ;
     }
     __syncthreads();
-    float *hf = (float *)(sm + L.h);
     const float *src = j.h + (int64_t)blockIdx.y * j.gate.n_rows;
-    for (int64_t i = threadIdx.x; i < j.gate.n_rows; i += blockDim.x)
-        hf[i] = __ldcg(src + i);
-    __syncthreads();
-    mv_stage_row(hf, j.gate.n_rows, (int4 *)(sm + L.stage));
+    int8_t *q = (int8_t *)(sm + L.stage);
+    int32_t *meta = (int32_t *)(q + j.gate.n_rows);
+    for (int64_t c = threadIdx.x / GPU_WARP; c * 32 < j.gate.n_rows; c += XT_WARPS)
+        q8_warp_store(__ldcg(src + c * 32 + threadIdx.x % GPU_WARP), q + c * 32, meta + 4 * c);
     __syncthreads();
 }
 
@@ -359,16 +361,16 @@ static __device__ void xt_xrow_gains(const xt_job &j, xt_xrow &r)
         r.gain[k] = j.gain != NULL && xt_xrow_at(k) < j.x.n ? j.gain[xt_xrow_at(k)] : 1.0f;
 }
 
-/* ... and x and the scale, asked for as soon as the route is known and
- * before the weights' bulk copies are issued: behind those 21 MB an L2
- * round trip takes microseconds (tg128 461 -> 478 t/s).  Written in this
- * launch's lifetime, so through L2 (__ldcg): an SM's L1 may hold older
- * lines. */
-static __device__ void xt_xrow_load(const xt_job &j, xt_xrow &r)
+/* ... and x, asked for as soon as the route is known and before the
+ * weights' bulk copies are issued: behind those 21 MB an L2 round trip
+ * takes microseconds (tg128 461 -> 478 t/s).  Written in this launch's
+ * lifetime, so through L2 (__ldcg): an SM's L1 may hold older lines.  The
+ * scale came in the route's word. */
+static __device__ void xt_xrow_load(const xt_job &j, float scale, xt_xrow &r)
 {
     if (threadIdx.x < GPU_WARP)
         return;
-    r.scale = __ldcg(j.scale);
+    r.scale = scale;
 #pragma unroll
     for (int k = 0; k < XT_NORM_CHUNKS; k++)
         r.x[k] = xt_xrow_at(k) < j.x.n ? __ldcg(j.x_raw + xt_xrow_at(k)) : 0.0f;
@@ -395,23 +397,26 @@ static __device__ void xt_norm_row(const xt_job &j, const xt_layout &L, const xt
     xt_named_arrive(XT_BAR_NORMED, XT_THREADS);
 }
 
-/* Route blockIdx.y's expert from its word: thread 0 polls it (acquire)
- * until it carries this step's seq (the router launch is running: this
- * launch's blocks start at its trigger, so the word comes), the barrier
- * gives the block what the word publishes.  The expert rides in the word
- * itself, so no load of the routes follows the poll. */
-static __device__ gk_route xt_await_route(const xt_job &j, unsigned seq)
+/* Route blockIdx.y's word: thread 0 polls it (acquire) until it carries
+ * this step's seq (the router launch is running: this launch's blocks
+ * start at its trigger, so the word comes), the barrier gives the block
+ * what the word publishes.  The expert and the norm's scale ride in the
+ * word itself, so no load follows the poll.  The bulk copies wait for the
+ * barrier: asked for before the other warps' loads of x, they put those
+ * loads behind 21 MB (tg128 on the H200 551-555 -> 499 t/s;
+ * docs/PERFORMANCE.md, "CUDA decode, session 16"). */
+static __device__ unsigned long long xt_await_word(const xt_job &j, unsigned seq)
 {
-    __shared__ int expert;
+    __shared__ unsigned long long word;
     if (threadIdx.x == 0) {
         unsigned long long w;
         do
             w = gpu_ld_acquire_u64(j.ready.words + blockIdx.y);
-        while ((unsigned)(w >> 32) != seq);
-        expert = (int)(unsigned)w;
+        while (!gk_route_word_is(w, seq));
+        word = w;
     }
     __syncthreads();
-    return gk_route{0, expert, 0.0f};
+    return word;
 }
 
 /* Grid (blocks a route, routes); one block an SM (64 registers x 1024
@@ -435,9 +440,10 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
     __syncthreads();
     if (!handed)
         gpu_pdl_wait();
-    const gk_route rt = handed ? xt_await_route(j, seq) : j.rows.routes[blockIdx.y];
+    const unsigned long long word = handed ? xt_await_word(j, seq) : 0;
+    const gk_route rt = handed ? gk_route{0, gk_route_word_expert(word), 0.0f} : j.rows.routes[blockIdx.y];
     if (handed)
-        xt_xrow_load(j, xr);
+        xt_xrow_load(j, gk_route_word_scale(word), xr);
     if (rt.expert < 0) /* a hybrid miss: every block of the route leaves, none counts */
         return;
     GK_STAMP_IF(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_XT_ROUTE);
@@ -563,13 +569,12 @@ extern "C" int gk_experts(gpuStream_t s, const gk_experts_job *e)
 #else
     const gk_rows *rows = &e->rows;
     const unsigned n = xt_launch_blocks(&e->gate, &e->up, &e->down, rows->n_routes);
-    const bool x_in = e->ready.words != NULL ? e->ready.step != NULL && e->x_raw != NULL && e->scale != NULL &&
+    const bool x_in = e->ready.words != NULL ? e->ready.step != NULL && e->x_raw != NULL &&
                                                    e->x.n <= GK_ROUTER_NORM_MAX
                                              : e->x.q != NULL && e->x.meta != NULL;
     if (n == 0 || rows->routes == NULL || e->h == NULL || e->sync == NULL || e->x.n != e->gate.n_cols || !x_in)
         return (int)gpuErrorInvalidValue;
-    const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync, e->ready, e->x_raw, e->gain,
-                      e->scale};
+    const xt_job j = {e->gate, e->up, e->down, e->x, e->rows, e->out, e->h, e->sync, e->ready, e->x_raw, e->gain};
     const size_t smem = xt_layout_of(e->gate, e->up, e->down, n).total;
     const dim3 grid(n, (unsigned)rows->n_routes);
 #define XT_LAUNCH_(A, B)                                                                                         \

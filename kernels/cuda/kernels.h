@@ -41,10 +41,10 @@ typedef struct gk_step {
 
 /* Routes handed from the launch that picks them to the experts' launch
  * by words instead of by that launch's completion: the picking launch
- * stores route k's expert with the step's seq into words[k] (seq << 32 |
- * expert) once what the experts need with it (x, the FFN norm's scale) is
- * visible, and each of the experts' blocks, resident while it runs, polls
- * its route's word.  Why: the experts' blocks could ask for their weights
+ * stores route k's expert, the FFN norm's scale and the step's seq into
+ * words[k] (common.cuh's gk_route_word_of) once x, which the experts norm,
+ * is visible, and each of the experts' blocks, resident while it runs,
+ * polls its route's word.  Why: the experts' blocks could ask for their weights
  * only once the router launch had completed and its writes were flushed
  * (the PDL wait), then read the routes back (docs/PERFORMANCE.md, "CUDA
  * decode, session 15").  A layer has its own words, zero before the
@@ -141,10 +141,10 @@ typedef struct gk_experts_job {
     unsigned int *sync; /* GK_EXPERTS_SYNC_WORDS, zero before a session's first launch; launches leave them valid */
     /* With ready.words: the routes come by those words (one token), and the
      * token's row is normed by each block from x_raw (x.f's n values),
-     * gain (NULL: none) and *scale, the RMSNorm's scale, all written by
-     * the launch that sets the word; x.q and x.meta are not read. */
+     * written by the launch that sets the word, gain (NULL: none) and the
+     * RMSNorm's scale that the word carries; x.q and x.meta are not read. */
     gk_route_word ready;
-    const float *x_raw, *gain, *scale;
+    const float *x_raw, *gain;
 } gk_experts_job;
 bool gk_experts_fits(const gk_mat *gate, const gk_mat *up, const gk_mat *down, int n_routes);
 int gk_experts(gpuStream_t s, const gk_experts_job *e);

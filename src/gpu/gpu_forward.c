@@ -349,7 +349,6 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
             e.ready = (gk_route_word){.words = layer_route_words(g, l), .step = g->d_step};
             e.x_raw = g->x;
             e.gain = gw_vec(gw_at(gw, l, W_FFN_NORM));
-            e.scale = g->ffn_scale;
         }
         TRY(gk_experts(g->stream, &e), "experts gate/up + down");
         TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
@@ -538,8 +537,7 @@ static hydra_status attn_out_route(gpu_session *g, int l)
                       .norm = {.gain = gw_vec(gw_at(gw, l, W_FFN_NORM)), .eps = hp->norm_eps, .y = g->xn.f,
                                .q = g->xn.q, .meta = g->xn.meta},
                       .partial = g->y,
-                      .ready = {.words = routes_by_word(g, l, 1) ? layer_route_words(g, l) : NULL, .step = g->d_step},
-                      .scale = g->ffn_scale};
+                      .ready = {.words = routes_by_word(g, l, 1) ? layer_route_words(g, l) : NULL, .step = g->d_step}};
     const gk_act att = act_view(&g->att, 0);
     TRY(gk_attn_out_router(g->stream, &a, &att), "attention output + router");
     g->stats.route_words += a.ready.words != NULL;

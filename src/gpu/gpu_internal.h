@@ -156,7 +156,6 @@ struct gpu_session {
     unsigned int *counter;     /* the launch tails' block counter (tail.cuh), zero between launches */
     unsigned int *experts_sync; /* gk_experts' route counts (GK_EXPERTS_SYNC_WORDS), zeroed at creation */
     unsigned long long *route_words; /* gk_route_word's, n_expert_used a layer, zeroed at creation */
-    float *ffn_scale;          /* the FFN norm's scale that a route word hands over with the routes */
     uint32_t step_seq;         /* the last step's gk_step.seq */
 #if defined(HYDRA_STAMPS)
     void *stamps;              /* the phase stamps' ring (gpu_stamps.h); NULL: none asked */

@@ -158,7 +158,6 @@ static hydra_status alloc_scratch(gpu_session *g)
     CARVE(&c, g->experts_sync, GK_EXPERTS_SYNC_WORDS * sizeof(unsigned int));
     const size_t route_words_bytes = sizeof(unsigned long long) * (size_t)hp->n_layer * hp->n_expert_used;
     CARVE(&c, g->route_words, route_words_bytes);
-    CARVE(&c, g->ffn_scale, sizeof(float));
     CARVE(&c, g->h_gate, sizeof(float) * (size_t)hidden);
     CARVE(&c, g->h_up, sizeof(float) * (size_t)hidden);
     carve_act(&c, &g->h, 1, hidden);
