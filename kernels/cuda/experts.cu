@@ -385,14 +385,15 @@ static __device__ void xt_norm_row(const xt_job &j, const xt_layout &L, const xt
         xt_named_sync(XT_BAR_NORMED, XT_THREADS);
         return;
     }
+    /* the warp's chunks quantised together (their shuffles interleaved) */
+    const int64_t c0 = xt_xrow_at(0) - threadIdx.x % GPU_WARP, stride = (int64_t)XT_NORM_WARPS * 32;
+    const int n_live = c0 < j.x.n ? (int)((j.x.n - c0 + stride - 1) / stride) : 0;
+    float y[XT_NORM_CHUNKS];
 #pragma unroll
-    for (int k = 0; k < XT_NORM_CHUNKS; k++) {
-        const int64_t c = xt_xrow_at(k) / 32;
-        if (c * 32 >= j.x.n)
-            break;
-        const float y = r.x[k] * r.scale * r.gain[k];
-        q8_warp_store(y, (int8_t *)(sm + L.xq) + c * 32, (int32_t *)(sm + L.xm) + 4 * c);
-    }
+    for (int k = 0; k < XT_NORM_CHUNKS; k++)
+        y[k] = r.x[k] * r.scale * r.gain[k];
+    if (n_live > 0)
+        q8_warp_store_k<XT_NORM_CHUNKS>(y, n_live, (int8_t *)(sm + L.xq), (int32_t *)(sm + L.xm), c0, stride);
     xt_named_sync(XT_BAR_NORMERS, XT_THREADS - GPU_WARP);
     xt_named_arrive(XT_BAR_NORMED, XT_THREADS);
 }

@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
     GK_STAMP_IF(rank == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_CB_X);
     if (norm.y == NULL)
         return;
-    const double mine = block_sum_d(norm_regs_sumsq<CBC_PER>(v), red);
+    const double mine = block_sum_d_last(norm_regs_sumsq<CBC_PER>(v), red);
     if (threadIdx.x < CBC_BLOCKS && threadIdx.x != rank)
         cla_send(cla_in_block(&part[rank], threadIdx.x), mine, cla_in_block(&landed, threadIdx.x));
     cla_wait(&landed); /* every slot but ours; nothing is sent into this block after this */

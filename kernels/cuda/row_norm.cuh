@@ -13,8 +13,9 @@
 
 #include "common.cuh"
 
-/* The block's total of v (double), for every thread. */
-static inline __device__ double block_sum_d(double v, double *red)
+/* The block's total of v (double), for every thread, where red is used
+ * no more after it (no barrier after the reads). */
+static inline __device__ double block_sum_d_last(double v, double *red)
 {
     for (int m = GPU_WARP / 2; m > 0; m /= 2)
         v += gpu_shfl_xor(v, m);
@@ -24,6 +25,13 @@ static inline __device__ double block_sum_d(double v, double *red)
     double total = 0.0;
     for (int w = 0; w < (int)(blockDim.x / GPU_WARP); w++)
         total += red[w];
+    return total;
+}
+
+/* The same where red may be used again: a barrier after the reads. */
+static inline __device__ double block_sum_d(double v, double *red)
+{
+    const double total = block_sum_d_last(v, red);
     __syncthreads();
     return total;
 }
@@ -79,16 +87,21 @@ static inline __device__ void q8_warp_store_k(const float *v, int n_live, int8_t
     }
 }
 
-/* N chunks (N a multiple of Q8_GROUP) in groups of Q8_GROUP. */
+/* N chunks (N a multiple of Q8_GROUP) in groups of Q8_GROUP; a group of
+ * one live chunk (a row of one chunk a warp: the combine's slice, a staged
+ * hidden row) alone, without the dead chunks' shuffles. */
 template <int N>
 static inline __device__ void q8_warp_store_n(const float *v, int n_live, int8_t *q8, int32_t *meta, int64_t c0,
                                               int64_t stride)
 {
     static_assert(N % Q8_GROUP == 0, "whole groups");
 #pragma unroll
-    for (int k = 0; k < N; k += Q8_GROUP)
-        if (k < n_live)
+    for (int k = 0; k < N; k += Q8_GROUP) {
+        if (n_live - k == 1)
+            q8_warp_store_k<1>(v + k, 1, q8, meta, c0 + k * stride, stride);
+        else if (k < n_live)
             q8_warp_store_k<Q8_GROUP>(v + k, n_live - k, q8, meta, c0 + k * stride, stride);
+    }
 }
 
 /* One chunk: q8 / meta point at the chunk's first byte / its 4 meta
