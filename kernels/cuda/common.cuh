@@ -75,9 +75,8 @@ static inline __device__ void gpu_pdl_wait(void)
  * GK_RW_SEQ_BITS bits, the expert in the next GK_RW_EXPERT_BITS, the FFN
  * norm's scale (float bits) in the low 32, so that the experts' blocks
  * need no load after the poll.  seq is compared modulo 2^GK_RW_SEQ_BITS:
- * a layer's word is rewritten every step, so it is never more than one
- * step stale. */
-enum { GK_RW_SEQ_BITS = 20, GK_RW_EXPERT_BITS = 12 };
+ * a decode step finds its layer's words as the previous decode step or
+ * gpu_step_launch's reset left them, never with its own tag. */
 static_assert(GK_TAIL_MAX_EXPERTS <= 1 << GK_RW_EXPERT_BITS, "an expert id fits its field");
 
 static inline __device__ unsigned long long gk_route_word_of(unsigned seq, int expert, float scale)

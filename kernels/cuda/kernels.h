@@ -47,13 +47,15 @@ typedef struct gk_step {
  * polls its route's word.  Why: the experts' blocks could ask for their weights
  * only once the router launch had completed and its writes were flushed
  * (the PDL wait), then read the routes back (docs/PERFORMANCE.md, "CUDA
- * decode, session 15").  A layer has its own words, zero before the
- * session's first step: they hold an earlier step's seq until the routes
- * of this one are out.  words NULL: no hand-off. */
+ * decode, session 15").  A layer has its own words: they hold an earlier
+ * step's tag until the routes of this one are out (gpu_step_launch resets
+ * them before a one-token step that follows any other step, so no word is
+ * old enough for its tag to come round again).  words NULL: no hand-off. */
 typedef struct gk_route_word {
     unsigned long long *words; /* n_used */
     const gk_step *step;
 } gk_route_word;
+enum { GK_RW_SEQ_BITS = 20, GK_RW_EXPERT_BITS = 12 }; /* a word's fields (common.cuh's gk_route_word_of) */
 
 /* One (token, expert, weight) assignment, laid out as moe_route (src/moe.h). */
 typedef struct gk_route {

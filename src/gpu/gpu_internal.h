@@ -157,6 +157,7 @@ struct gpu_session {
     unsigned int *experts_sync; /* gk_experts' route counts (GK_EXPERTS_SYNC_WORDS), zeroed at creation */
     unsigned long long *route_words; /* gk_route_word's, n_expert_used a layer, zeroed at creation */
     uint32_t step_seq;         /* the last step's gk_step.seq */
+    bool route_words_current;  /* the last step was a one-token step that went without error so far */
 #if defined(HYDRA_STAMPS)
     void *stamps;              /* the phase stamps' ring (gpu_stamps.h); NULL: none asked */
     int64_t stamp_pos;         /* the position whose steps are stamped */

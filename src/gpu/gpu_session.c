@@ -294,10 +294,29 @@ static void profile_collect(gpu_session *g)
     g->prof_steps++;
 }
 
+/* A one-token step's experts take their routes from words that only
+ * one-token steps write, tagged with the step's seq modulo
+ * 2^GK_RW_SEQ_BITS (kernels.h's gk_route_word): after any other step (or
+ * a failed one) a word may be that many steps stale and carry this step's
+ * tag, so the words are first set to a tag that is not this step's. */
+static hydra_status route_words_reset(gpu_session *g, int64_t n)
+{
+    const bool stale = n == 1 && !g->route_words_current;
+    g->route_words_current = n == 1;
+    if (!stale)
+        return HYDRA_OK;
+    const uint32_t mask = (1u << GK_RW_SEQ_BITS) - 1;
+    const int byte = (g->step_seq & mask) == mask ? 0x00 : 0xFF; /* tags 0 and mask */
+    const size_t bytes = sizeof(unsigned long long) * (size_t)g->w->hp.n_layer * g->w->hp.n_expert_used;
+    const gpuError_t e = gpuMemsetAsync(g->route_words, byte, bytes, g->stream);
+    return e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "resetting the route words");
+}
+
 hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens, int64_t n, bool all_rows,
                              uint64_t generation)
 {
     *g->h_step = (gk_step){.pos0 = (int32_t)pos0, .n_tok = (int32_t)n, .seq = ++g->step_seq};
+    TRY_ST(route_words_reset(g, n));
     memcpy(g->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     /* the descriptor and the tokens lie side by side (alloc_scratch): one copy */
     const gpuError_t e = gpuMemcpyAsync(g->d_step, g->h_step, sizeof(gk_step) + sizeof(int32_t) * (size_t)n,
@@ -314,8 +333,10 @@ hydra_status gpu_step_launch(gpu_session *g, int64_t pos0, const int32_t *tokens
         st = g->o.graphs ? gpu_graph_run(g, &sh) : gpu_enqueue_step(g, &sh);
     if (st == HYDRA_OK && g->hy != NULL)
         st = gpu_hybrid_enqueue_tail(g);
-    if (st != HYDRA_OK)
+    if (st != HYDRA_OK) {
         gpuStreamSynchronize(g->stream);
+        g->route_words_current = false;
+    }
     return st;
 }
 
@@ -332,8 +353,10 @@ hydra_status gpu_step_finish(gpu_session *g, int64_t n, bool all_rows, float *lo
     const gpuError_t e_sync = gpuStreamSynchronize(g->stream);
     if (e == gpuSuccess)
         e = e_sync;
-    if (e != gpuSuccess)
+    if (e != gpuSuccess) {
+        g->route_words_current = false;
         return gpu_fail(e, "running a step");
+    }
     if (head && landing != logits)
         memcpy(logits, landing, sizeof(float) * n_vocab);
     if (g->o.profile)
