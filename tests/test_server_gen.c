@@ -499,8 +499,12 @@ TEST(server_disconnects_cancel_and_free_the_slot)
     ts_close(&a);
     TS_CHECK(s, cancelled_reaches(s.port, 2));
     TS_CHECK(s, served_quickly(s.port, 2000));
-    /* queued: one runs, one waits and leaves, one more finds the queue full */
+    /* queued: one runs, one waits and leaves, one more finds the queue full.
+     * The stream's head is sent when the request is queued, so the first
+     * is running only once its first data chunk comes: until then it holds
+     * the queue's one place itself. */
     TS_CHECK(s, start_long(&a, s.port, "river"));
+    TS_CHECK(s, recv(a.fd, buf, sizeof buf, 0) > 0);
     TS_CHECK(s, ts_open(&b, s.port, 20000) &&
                   ts_send_request(&b, "POST", "/v1/completions", NULL, "{\"prompt\":\"mill\",\"max_tokens\":2}"));
     bool waiting = false;
