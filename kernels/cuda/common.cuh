@@ -81,13 +81,13 @@ static_assert(GK_TAIL_MAX_EXPERTS <= 1 << GK_RW_EXPERT_BITS, "an expert id fits 
 
 static inline __device__ unsigned long long gk_route_word_of(unsigned seq, int expert, float scale)
 {
-    const unsigned long long tag = seq & ((1u << GK_RW_SEQ_BITS) - 1);
+    const unsigned long long tag = seq & GK_RW_SEQ_MASK;
     return tag << (64 - GK_RW_SEQ_BITS) | (unsigned long long)(unsigned)expert << 32 | __float_as_uint(scale);
 }
 
 static inline __device__ bool gk_route_word_is(unsigned long long w, unsigned seq)
 {
-    return (unsigned)(w >> (64 - GK_RW_SEQ_BITS)) == (seq & ((1u << GK_RW_SEQ_BITS) - 1));
+    return (unsigned)(w >> (64 - GK_RW_SEQ_BITS)) == (seq & GK_RW_SEQ_MASK);
 }
 
 static inline __device__ int gk_route_word_expert(unsigned long long w)

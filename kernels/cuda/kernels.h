@@ -56,6 +56,7 @@ typedef struct gk_route_word {
     const gk_step *step;
 } gk_route_word;
 enum { GK_RW_SEQ_BITS = 20, GK_RW_EXPERT_BITS = 12 }; /* a word's fields (common.cuh's gk_route_word_of) */
+enum { GK_RW_SEQ_MASK = (1 << GK_RW_SEQ_BITS) - 1 };  /* the seq's bits a word keeps (its tag) */
 
 /* One (token, expert, weight) assignment, laid out as moe_route (src/moe.h). */
 typedef struct gk_route {

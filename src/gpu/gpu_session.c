@@ -305,8 +305,7 @@ static hydra_status route_words_reset(gpu_session *g, int64_t n)
     g->route_words_current = n == 1;
     if (!stale)
         return HYDRA_OK;
-    const uint32_t mask = (1u << GK_RW_SEQ_BITS) - 1;
-    const int byte = (g->step_seq & mask) == mask ? 0x00 : 0xFF; /* tags 0 and mask */
+    const int byte = (g->step_seq & GK_RW_SEQ_MASK) == GK_RW_SEQ_MASK ? 0x00 : 0xFF; /* tags 0 and the mask */
     const size_t bytes = sizeof(unsigned long long) * (size_t)g->w->hp.n_layer * g->w->hp.n_expert_used;
     const gpuError_t e = gpuMemsetAsync(g->route_words, byte, bytes, g->stream);
     return e == gpuSuccess ? HYDRA_OK : gpu_fail(e, "resetting the route words");
