@@ -49,6 +49,20 @@ static inline __device__ float warp_exp_shifted(const float *x, float *out, int 
     return mx;
 }
 
+/* The device's global clock in ns (%globaltimer): one count for every SM,
+ * so a wait that gives up after a time and stamps taken by different
+ * blocks compare. */
+static inline __device__ unsigned long long gpu_clock_ns(void)
+{
+#if defined(HYDRA_HIP)
+    return wall_clock64();
+#else
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#endif
+}
+
 /* Programmatic dependent launch (Hopper and later): a kernel may be
  * scheduled while the one before it in the stream is still finishing;
  * its first statement waits, with gpu_pdl_wait(), until that kernel has

@@ -26,17 +26,6 @@
 
 enum { HY_THREADS = 256, HY_MAX_USED = 256 };
 
-static inline __device__ unsigned long long hy_clock_ns(void)
-{
-#if defined(HYDRA_HIP)
-    return wall_clock64();
-#else
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-#endif
-}
-
 static inline __device__ unsigned hy_ballot(bool p)
 {
 #if defined(HYDRA_HIP)
@@ -101,7 +90,7 @@ __global__ void __launch_bounds__(HY_THREADS) k_hy_split(gk_hy_split_args a)
         *a.n_miss_dev = n_miss;
         *a.n_miss_host = n_miss;
         if (a.stamp != NULL)
-            *a.stamp = hy_clock_ns();
+            *a.stamp = gpu_clock_ns();
         __threadfence_system();
         if (a.seq != NULL) { /* the request, after everything it covers */
             const uint32_t seq = *a.seq + 1;
@@ -135,7 +124,7 @@ __global__ void __launch_bounds__(GK_NORM_THREADS) k_hy_combine(gk_hy_combine_ar
     const int64_t n = c.n_embd;
     if (threadIdx.x == 0) {
         if (t == 0 && c.stamp != NULL)
-            *c.stamp = hy_clock_ns();
+            *c.stamp = gpu_clock_ns();
         int k_hit = 0;
         for (int k = 0; k < c.n_used; k++) {
             const gk_route h = c.hits[t * c.n_used + k];
@@ -196,9 +185,9 @@ __global__ void k_hy_wait(const uint32_t *seq, const uint32_t *done_host, int32_
                           unsigned long long timeout_ns)
 {
     const uint32_t want = *seq;
-    const unsigned long long t0 = hy_clock_ns();
+    const unsigned long long t0 = gpu_clock_ns();
     while ((int32_t)(*(volatile const uint32_t *)done_host - want) < 0) {
-        if (hy_clock_ns() - t0 > timeout_ns) {
+        if (gpu_clock_ns() - t0 > timeout_ns) {
             *(volatile int32_t *)err_host = 1;
             break;
         }
@@ -215,7 +204,7 @@ extern "C" int gk_hy_wait(gpuStream_t s, const uint32_t *seq, const uint32_t *do
 
 __global__ void k_hy_stamp(unsigned long long *stamp)
 {
-    *stamp = hy_clock_ns();
+    *stamp = gpu_clock_ns();
 }
 
 extern "C" int gk_hy_stamp(gpuStream_t s, unsigned long long *stamp)
