@@ -11,7 +11,9 @@
  *     written per second), and tg's weight bytes per token x t/s against it;
  *   - where the memory went (weights, KV cache, scratch);
  *   - a prefill and the decode step split into kernels, timed with events
- *     between launches (graphs off for that part, so launch gaps count).
+ *     between launches (graphs off for that part, so launch gaps count):
+ *     --split N decoded tokens (0: none), after a prompt of -p tokens (64
+ *     with -p 0); -p 0 -n 0 --split N prints the split alone.
  *
  *   hydra-bench --cuda -m FILE [-p 512] [-n 128] [-r 3] [--no-graphs] [--split N]
  *               [--hybrid F1,F2,.. [--cpu-threads N] [--cpu-pin] [--admit MIB] [--no-stream-prefill]
@@ -364,7 +366,7 @@ static int parse(int argc, char **argv, cuda_opts *o)
         i++;
     }
     if (o->model == NULL || o->prompt < 0 || o->gen < 0 || o->reps < 1 || o->reps > MAX_REPS || o->split < 0 ||
-        o->prompt + o->gen == 0 || o->n_fractions < 0 || o->cpu_threads < 0 || o->admit_mib < 0 ||
+        (o->prompt + o->gen == 0 && o->split == 0) || o->n_fractions < 0 || o->cpu_threads < 0 || o->admit_mib < 0 ||
         o->gpus.mode < 0 || o->gpus.n_ratio < 0 || o->gpus.main_gpu < 0 || o->gpus.main_gpu >= 16)
         return 2;
     return 0;
@@ -412,9 +414,11 @@ int bench_cuda(int argc, char **argv)
     printf("model loaded and uploaded in %.1f s; device memory held by hydra:\n%s\n", now_s() - t_load, mem);
     printf("device-to-device copy probe (%d MiB, best of 5): %.0f GB/s (bytes read + written)\n", PROBE_MIB, probe);
     printf("weights read per decoded token: %.3f GB; weights GB/s = bytes per token x mean t/s\n\n", tok_bytes / 1e9);
-    printf("| model | size | params | backend | ngl | test | t/s | weights GB/s | of copy probe |\n");
-    printf("| ----- | ---: | -----: | ------- | --: | ---: | --: | -----------: | ------------: |\n");
-    const int n_tok = o.prompt > o.gen ? o.prompt : o.gen;
+    if (o.prompt + o.gen > 0) {
+        printf("| model | size | params | backend | ngl | test | t/s | weights GB/s | of copy probe |\n");
+        printf("| ----- | ---: | -----: | ------- | --: | ---: | --: | -----------: | ------------: |\n");
+    }
+    const int n_tok = o.prompt > o.gen ? o.prompt : o.gen > 0 ? o.gen : 1; /* -p 0 -n 0: the split alone */
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_tok);
     rc = rc != 0 || tokens == NULL ? 1 : 0;
     if (rc == 0)

@@ -352,7 +352,7 @@ hydra_status gpu_experts_routed(gpu_session *g, int l, const gk_route *routes, i
         }
         TRY(gk_experts(g->stream, &e), "experts gate/up + down");
         TRY_ST(gpu_expert_down_bias(g, l, routes, NULL, n_routes));
-        gpu_prof_mark(g, OP_EXP_DOWN);
+        gpu_prof_mark(g, OP_EXPERTS);
         return HYDRA_OK;
     }
     if (glu_pair(gate, up) && gpu_ffn_plain(g, l)) {
@@ -541,7 +541,7 @@ static hydra_status attn_out_route(gpu_session *g, int l)
     const gk_act att = act_view(&g->att, 0);
     TRY(gk_attn_out_router(g->stream, &a, &att), "attention output + router");
     g->stats.route_words += a.ready.words != NULL;
-    gpu_prof_mark(g, OP_ATTN_OUT);
+    gpu_prof_mark(g, OP_AOR);
     return HYDRA_OK;
 }
 

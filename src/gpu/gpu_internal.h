@@ -95,9 +95,10 @@ void carve_act(carve *c, gpu_act *a, int64_t rows, int64_t n);
 #define GPU_OP_TABLE(X)                                                                                        \
     X(OP_EMBED, "embed") X(OP_NORM, "rmsnorm") X(OP_QUANT, "quantize act") X(OP_QKV, "q/k/v proj")           \
         X(OP_ROPE, "qk-norm+rope+kv") X(OP_ATTN, "attention") X(OP_ATTN_OUT, "attn out proj")                 \
-            X(OP_ROUTER, "router") X(OP_TOPK, "top-k") X(OP_GROUP, "group by expert")                         \
-                X(OP_EXP_UP, "experts gate/up") X(OP_EXP_DOWN, "experts down") X(OP_COMBINE, "combine")       \
-                    X(OP_FFN, "dense/shared FFN") X(OP_OUTPUT, "output proj")
+            X(OP_AOR, "attn out proj + router + top-k (one launch)") X(OP_ROUTER, "router") X(OP_TOPK, "top-k") \
+                X(OP_GROUP, "group by expert") X(OP_EXP_UP, "experts gate/up") X(OP_EXP_DOWN, "experts down")   \
+                    X(OP_EXPERTS, "experts gate/up + down (one launch)") X(OP_COMBINE, "combine")             \
+                        X(OP_FFN, "dense/shared FFN") X(OP_OUTPUT, "output proj")
 typedef enum gpu_op {
 #define GPU_OP_ENUM_(id, name) id,
     GPU_OP_TABLE(GPU_OP_ENUM_)
