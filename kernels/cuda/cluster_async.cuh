@@ -148,6 +148,30 @@ static inline __device__ void cla_bulk(void *dst, const void *src, uint32_t byte
 #endif
 }
 
+/* cla_bulk for weights that a step reads once: their L2 lines marked
+ * evict-first (createpolicy, PTX ISA 7.4), so that they are the first to
+ * go when later lines need room.  A decode step streams ~21 MB of expert
+ * rows a layer and the 255 MB output head through the 50 MB L2 of an
+ * H200; with normal priority they pushed out what the next launches read
+ * again (the kernels' code, the KV cache, the small activations).  The
+ * experts' and the head's copies evict-first: tg128 on the H200 566-572 ->
+ * 579-582 t/s in one call (docs/PERFORMANCE.md, "CUDA decode, session
+ * 19"); the Q/K/V and attention output rows as an evict-first access
+ * window on top gained nothing more. */
+static inline __device__ void cla_bulk_once(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+                 "[%3], %4;" ::"r"(cla_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(cla_smem(bar)), "l"(policy)
+                 : "memory");
+#else
+    (void)dst, (void)src, (void)bytes, (void)bar;
+#endif
+}
+
 /* Every thread of the cluster: every block runs and every mbarrier
  * initialised before this is visible (no ordering of other memory:
  * relaxed, no MEMBAR). */

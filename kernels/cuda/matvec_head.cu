@@ -11,11 +11,11 @@
  * MVH_STAGES - 1 tiles ahead of the one being decoded, so the memory
  * always has a block's next tiles in flight while the warps compute: by
  * one bulk copy a tile on compute capability 9.0 (cluster_async.cuh's
- * cla_bulk, counted on a stage's mbarrier), by every thread's 16-byte
- * asynchronous copies (cp.async) before it.  A warp decodes its R rows from
- * there with the chunk order of matvec.cu (lane l takes chunks l, l + 32,
- * ..., in pairs), so every row gets the same bits as gk_matvec; the
- * activation chunk a lane loads serves its R rows.
+ * cla_bulk_once: evict-first in L2, counted on a stage's mbarrier), by
+ * every thread's 16-byte asynchronous copies (cp.async) before it.  A warp
+ * decodes its R rows from there with the chunk order of matvec.cu (lane l
+ * takes chunks l, l + 32, ..., in pairs), so every row gets the same bits
+ * as gk_matvec; the activation chunk a lane loads serves its R rows.
  *
  * With a norm, every block first applies the RMSNorm to the raw row itself
  * (row_norm.cuh's one-pass path on a block of GK_NORM_THREADS, so the same
@@ -71,7 +71,7 @@ static inline __device__ void mvh_fetch(const gk_mat &w, int64_t t, int rows_per
         const uint32_t bytes = (uint32_t)(rows * (int64_t)w.row_bytes);
         cla_async_fence();
         cla_arm(bar, bytes);
-        cla_bulk(dst, src, bytes, bar);
+        cla_bulk_once(dst, src, bytes, bar);
     }
 #else
     (void)bar;
