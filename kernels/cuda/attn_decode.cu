@@ -333,6 +333,8 @@ template <bool F16, bool ROPE>
 __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(gk_attn a, gk_rope r, const gk_step *step)
 {
     constexpr int LOADS = ad_loads(F16), CHUNK = AD_PASS * LOADS;
+    gpu_params_warm(a);
+    gpu_params_warm(r);
     if constexpr (!ROPE)
         gpu_pdl_wait();
     __shared__ __align__(16) float qsh[AD_QS * AD_MAX_DIM];

@@ -363,6 +363,7 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
 #pragma unroll
     for (int k = 0; k < GK_AOR_ROWS; k++)
         gain[k] = a.norm.gain != NULL ? a.norm.gain[r0 + k] : 1.0f;
+    gpu_params_warm(a);
     cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     gpu_pdl_wait();
     GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_AOR_WAIT);

@@ -63,6 +63,24 @@ static inline __device__ unsigned long long gpu_clock_ns(void)
 #endif
 }
 
+/* Reads one word of every 32-byte line of a launch's parameter p; called
+ * before gpu_pdl_wait().  Kernel parameters live in a constant bank, a
+ * copy for each launch, so an SM's first read of a line misses the
+ * constant cache (Nsight's "IMC miss" stalls), and a field first read
+ * behind the wait puts that miss on the step's chain of launches; read
+ * here, the misses overlap the previous launch.  tg128 on the H200 578.3
+ * -> 584.9 t/s for the decode kernels, and a gk_attn 16 bytes larger had
+ * cost ~2% without it (docs/PERFORMANCE.md, "CUDA decode, session 19"). */
+template <class T> static __device__ __forceinline__ void gpu_params_warm(const T &p)
+{
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(&p);
+    uint32_t seen = 0;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(T) / 4); i += 8)
+        seen ^= w[i];
+    asm volatile("" ::"r"(seen)); /* the loads happen here, not where a field is used */
+}
+
 /* Programmatic dependent launch (Hopper and later): a kernel may be
  * scheduled while the one before it in the stream is still finishing;
  * its first statement waits, with gpu_pdl_wait(), until that kernel has

@@ -430,6 +430,7 @@ template <int TG, int TD> __global__ void __launch_bounds__(XT_THREADS, 1) k_exp
     extern __shared__ __align__(16) uint8_t xt_smem[];
     const xt_layout L = xt_layout_of(j.gate, j.up, j.down, gridDim.x);
     const bool handed = j.ready.words != NULL;
+    gpu_params_warm(j);
     if (threadIdx.x == 0)
         xt_expect_all(j, L, bars);
     xt_xrow xr;

@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, T == GQ_Q6_K && !GLU && NT
 {
     if (job.rows.routes == NULL)
         mv_prefetch_dense<GLU>(job, mv_mat_of(job, (int)blockIdx.x), (int)blockIdx.x);
+    gpu_params_warm(job);
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;
@@ -192,6 +193,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_
     const int last0 = job.blk0[job.n_mats - 1], blk = ((int)blockIdx.x + last0) % job.blk0[job.n_mats];
     const int mat = mv_mat_of(job, blk);
     mv_prefetch_dense<false>(job, mat, blk);
+    gpu_params_warm(job);
     gpu_pdl_wait();
     GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_QKV_WAIT);
     if (mat == job.n_mats - 1)
@@ -238,6 +240,7 @@ static inline __device__ void mvs_prefetch(const uint8_t *w, const gk_mat &wm, i
 template <int T>
 __global__ void __launch_bounds__(MVS_WARPS *GPU_WARP, T == GQ_Q6_K || T == GQ_Q4_K ? MVS_MIN_BLOCKS : 0) k_matvec_staged(const mv_job job)
 {
+    gpu_params_warm(job);
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
         return;

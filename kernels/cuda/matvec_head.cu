@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(MVH_THREADS, 2) k_matvec_head(gk_mat w, gk_act
     for (int s = 0; s < MVH_STAGES - 1; s++)
         mvh_fetch(w, blockIdx.x + (int64_t)s * gridDim.x, rows_per_tile, sm.stage + s * sm.tile_bytes, &bars[s]);
     __syncthreads(); /* the mbarriers initialised before anyone waits */
+    gpu_params_warm(x);
+    gpu_params_warm(out);
+    gpu_params_warm(norm);
     gpu_pdl_wait();
     GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_HEAD_WAIT);
     /* the last stage is free until the loop's first fetch: the norm's

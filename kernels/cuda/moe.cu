@@ -236,6 +236,8 @@ __global__ void __launch_bounds__(CBC_THREADS) k_moe_combine_cl(const gk_route *
             cla_expect(&landed, (uint32_t)(sizeof(double) * (CBC_BLOCKS - 1)));
         cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     }
+    gpu_params_warm(routes);
+    gpu_params_warm(norm);
     gpu_pdl_wait();
     GK_STAMP_IF(rank == 0 && blockIdx.y == 0 && threadIdx.x == 0, GS_CB_WAIT);
     const int t = blockIdx.y;
