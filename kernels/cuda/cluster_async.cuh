@@ -152,12 +152,12 @@ static inline __device__ void cla_bulk(void *dst, const void *src, uint32_t byte
  * evict-first (createpolicy, PTX ISA 7.4), so that they are the first to
  * go when later lines need room.  A decode step streams ~21 MB of expert
  * rows a layer and the 255 MB output head through the 50 MB L2 of an
- * H200; with normal priority they pushed out what the next launches read
- * again (the kernels' code, the KV cache, the small activations).  The
- * experts' and the head's copies evict-first: tg128 on the H200 566-572 ->
- * 579-582 t/s in one call (docs/PERFORMANCE.md, "CUDA decode, session
- * 19"); the Q/K/V and attention output rows as an evict-first access
- * window on top gained nothing more. */
+ * H200; with normal priority they pushed out lines the next launches read
+ * again (code, parameters, small activations: which of them mattered was
+ * not separated).  The experts' and the head's copies evict-first: tg128
+ * on the H200 566-572 -> 577-582 t/s over three calls (docs/PERFORMANCE.md,
+ * "CUDA decode, session 19"); the Q/K/V and attention output rows as an
+ * evict-first access window on top gained nothing more. */
 static inline __device__ void cla_bulk_once(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

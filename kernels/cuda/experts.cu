@@ -152,9 +152,9 @@ static __device__ void xt_ask(const xt_job &j, const xt_layout &L, int e, int64_
     for (int p = 0; p * XT_PIECE < L.pairs; p++) {
         const size_t first = (size_t)p * XT_PIECE, n = (size_t)xt_piece_pairs(L, p);
         cla_bulk_once(sm + L.gate + first * j.gate.row_bytes, g + first * j.gate.row_bytes,
-                 (uint32_t)(n * j.gate.row_bytes), &b.gu[p]);
-        cla_bulk_once(sm + L.up + first * j.up.row_bytes, u + first * j.up.row_bytes, (uint32_t)(n * j.up.row_bytes),
-                 &b.gu[p]);
+                      (uint32_t)(n * j.gate.row_bytes), &b.gu[p]);
+        cla_bulk_once(sm + L.up + first * j.up.row_bytes, u + first * j.up.row_bytes,
+                      (uint32_t)(n * j.up.row_bytes), &b.gu[p]);
     }
     const uint8_t *d = expert_matrix(j.down, e) + (size_t)slice * L.rows * j.down.row_bytes;
     cla_bulk_once(sm + L.down, d, (uint32_t)((size_t)L.rows * j.down.row_bytes), &b.down);
