@@ -364,13 +364,13 @@ __global__ void __launch_bounds__(AOR_THREADS) k_attn_out_router(const gk_aor a,
     for (int k = 0; k < GK_AOR_ROWS; k++)
         gain[k] = a.norm.gain != NULL ? a.norm.gain[r0 + k] : 1.0f;
     gpu_params_warm(a);
+    gpu_pdl_trigger(); /* at the start: the experts' launch then polls its route words sooner (common.cuh) */
     cla_cluster_started(); /* before the wait: it overlaps the previous launch */
     gpu_pdl_wait();
     GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_AOR_WAIT);
     const int cluster = (int)(blockIdx.x / n_blocks), n_clusters = (int)(gridDim.x / n_blocks);
     const aor_scratch sc = aor_scratch_of(a.partial, n_clusters);
     const float v = aor_row<T>(a.wo, r0 + warp, aq, ameta);
-    gpu_pdl_trigger(); /* left: the partials, the sums, the tail */
     if (lane == 0) {
         const float inc = a.wo_bias != NULL ? v + a.wo_bias[r0 + warp] : v;
         xs[warp] = a.x[r0 + warp] + inc;

@@ -189,7 +189,20 @@ static inline __device__ void gpu_fence_acq_rel(void)
  * are consumed and only reductions and stores are left: the next launch's
  * dispatch then overlaps this one's tail.  (Called right after the wait,
  * it made decode slower on the H200, the waiting blocks holding SM slots
- * the launch still needed: docs/PERFORMANCE.md, "Session 4: decode".) */
+ * the launch still needed: docs/PERFORMANCE.md, "Session 4: decode".)
+ * Two launches call it at their start instead, each measured alone
+ * (docs/PERFORMANCE.md, "CUDA decode, session 20"): the one-token Q/K/V
+ * launch, whose 1,280 blocks fill every SM in one wave, so the attention's
+ * 32 blocks land on the SMs its early rows free and do their pre-wait part
+ * (cache rows, rope angles) inside its tail, where the grid's dispatch
+ * otherwise began ~2 us after its last block (tg128 +1.7%); and the
+ * attention output launch, whose successor (the experts' launch) then
+ * starts polling its route words sooner (+0.5%).  The same at the start of
+ * the attention, the combine or the experts' launch lost 0.4-2.7%.  Safe
+ * wherever the successor reads nothing before its own wait but data that
+ * no launch of the step writes: the launch before this one has triggered,
+ * so it and everything before it have started, and this launch cannot
+ * complete before its own wait has seen its predecessor complete. */
 static inline __device__ void gpu_pdl_trigger(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

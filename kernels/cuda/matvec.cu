@@ -164,12 +164,21 @@ template <bool GLU> static __device__ __forceinline__ void mv_prefetch_dense(con
         warp_prefetch_l2(job.up.data + r * job.up.row_bytes, job.up.row_bytes);
 }
 
+/* A dense launch of several matrices is the Q/K/V projection: it lets
+ * the attention launch in at its start (common.cuh's gpu_pdl_trigger). */
+static __device__ __forceinline__ void mv_qkv_trigger(const mv_job &job)
+{
+    if (job.rows.routes == NULL && job.n_mats > 1)
+        gpu_pdl_trigger();
+}
+
 template <int T, bool GLU, int NT>
 __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, T == GQ_Q6_K && !GLU && NT == 1 ? MV_Q6K_BLOCKS : 0)
     k_matvec_q(const mv_job job)
 {
     if (job.rows.routes == NULL)
         mv_prefetch_dense<GLU>(job, mv_mat_of(job, (int)blockIdx.x), (int)blockIdx.x);
+    mv_qkv_trigger(job);
     gpu_params_warm(job);
     gpu_pdl_wait();
     if (mv_skipped(job.rows))
@@ -193,6 +202,7 @@ __global__ void __launch_bounds__(MV_WARPS *GPU_WARP, MV_Q6K_BLOCKS) k_matvec_q_
     const int last0 = job.blk0[job.n_mats - 1], blk = ((int)blockIdx.x + last0) % job.blk0[job.n_mats];
     const int mat = mv_mat_of(job, blk);
     mv_prefetch_dense<false>(job, mat, blk);
+    mv_qkv_trigger(job);
     gpu_params_warm(job);
     gpu_pdl_wait();
     GK_STAMP_IF(blockIdx.x == 0 && threadIdx.x == 0, GS_QKV_WAIT);
