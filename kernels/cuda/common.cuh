@@ -197,7 +197,7 @@ static inline __device__ void gpu_fence_acq_rel(void)
  * (cache rows, rope angles) inside its tail, where the grid's dispatch
  * otherwise began ~2 us after its last block (tg128 +1.7%); and the
  * attention output launch, whose successor (the experts' launch) then
- * starts polling its route words sooner (+0.5%).  The same at the start of
+ * starts polling its route words sooner (+0.2-0.5%).  The same at the start of
  * the attention, the combine or the experts' launch lost 0.4-2.7%.  Safe
  * wherever the successor reads nothing before its own wait but data that
  * no launch of the step writes: the launch before this one has triggered,

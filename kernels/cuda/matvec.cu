@@ -165,7 +165,9 @@ template <bool GLU> static __device__ __forceinline__ void mv_prefetch_dense(con
 }
 
 /* A dense launch of several matrices is the Q/K/V projection: it lets
- * the attention launch in at its start (common.cuh's gpu_pdl_trigger). */
+ * the attention launch in at its start (common.cuh's gpu_pdl_trigger);
+ * mv_row_q's call after the dots is then a no-op (the first call of a
+ * block counts). */
 static __device__ __forceinline__ void mv_qkv_trigger(const mv_job &job)
 {
     if (job.rows.routes == NULL && job.n_mats > 1)
